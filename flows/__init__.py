@@ -1,0 +1,1 @@
+"""Prefect flows: wiring only. The stage logic lives in `tasks/` and `platonic_core/`."""

@@ -1,0 +1,110 @@
+"""The whole DAG as one Prefect flow; one MLflow parent run per flow run.
+
+    world -> ingest -> positives -> dedup -> views -> train:{text models}
+    world -> train:{image model};  train:* -> embed:* -> evaluate
+
+Stages pass manifests (references to artifacts), never data.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+from prefect import flow, runtime
+
+from platonic_core.config import PipelineConfig, stable_hash
+from platonic_core.stages import SKIP, evaluated_models, plan
+from tasks import tracking
+from tasks.dedup import dedup
+from tasks.embed import embed
+from tasks.evaluate import evaluate
+from tasks.ingest import ingest
+from tasks.positives import positives
+from tasks.stage import RunContext
+from tasks.train import train
+from tasks.views import views
+from tasks.world import world
+
+
+@flow(name="pipeline", log_prints=True)
+def pipeline(config: dict, only: str | None = None, from_stage: str | None = None, force: list[str] | None = None) -> dict:
+    cfg = PipelineConfig.model_validate(config)
+    modes = plan(cfg, only, from_stage, force)
+    out_dir = Path(cfg.out_dir).resolve()
+    c = tracking.client(out_dir)
+    exp = tracking.experiment_id(c, cfg.experiment, out_dir)
+    tags = {"platonic.recipe": cfg.name, "platonic.config_digest": stable_hash(cfg),
+            "platonic.plan": json.dumps(modes), "prefect.flow_run_id": str(runtime.flow_run.id or "")}
+    if commit := tracking.git_commit():
+        tags["mlflow.source.git.commit"] = commit
+    parent = c.create_run(exp, run_name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}", tags=tags).info.run_id
+    ctx = RunContext(out_dir, exp, parent, tracking.tracking_uri(out_dir))
+    try:
+        tracking.log_params(c, parent, tracking.flatten(cfg.model_dump(mode="json")))
+        tracking.log_text(c, parent, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), "config.yaml")
+        m: dict = {}
+
+        def run(inst_id, fn, *args):
+            if modes[inst_id] == SKIP:
+                return None
+            m[inst_id] = fn(cfg, *args, modes[inst_id], ctx)
+            return m[inst_id]
+
+        run("world", world)
+        run("ingest", ingest, m.get("world"))
+        run("positives", positives, m.get("ingest"), m.get("world"))
+        run("dedup", dedup, m.get("positives"), m.get("ingest"))
+        run("views", views, m.get("dedup"))
+        models = evaluated_models(cfg)
+        for name in models:
+            src = "world" if cfg.train.models[name].kind == "image_jepa" else "views"
+            run(f"train:{name}", lambda cfg_, mode, ctx_, n=name, s=src: train(cfg_, n, m.get(s), mode, ctx_))
+        for name in models:
+            src = "world" if cfg.train.models[name].kind == "image_jepa" else "ingest"
+            run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name, s=src: embed(cfg_, n, m.get(f"train:{n}"), m.get(s), mode, ctx_))
+        run("evaluate", lambda cfg_, mode, ctx_: evaluate(cfg_, {f"embed:{n}": m[f"embed:{n}"] for n in models}, mode, ctx_))
+        results = collect_results(cfg, m, parent, ctx)
+        c.set_terminated(parent, "FINISHED")
+        return results
+    except BaseException:
+        c.set_terminated(parent, "FAILED")
+        raise
+
+
+def collect_results(cfg: PipelineConfig, m: dict, parent: str, ctx: RunContext) -> dict:
+    """results.json: per model its scores and the MLflow runs behind them."""
+    out = ctx.out_dir / "runs" / parent
+    out.mkdir(parents=True, exist_ok=True)
+    results = {
+        "run_id": parent, "experiment": cfg.experiment, "recipe": cfg.name, "config_digest": stable_hash(cfg),
+        "tracking_uri": ctx.tracking_uri, "output_dir": str(out),
+        "stages": {k: {"cache_key": v.cache_key, "digest": v.digest, "run_id": v.producer_run_id, "uri": v.uri}
+                   for k, v in m.items()},
+    }
+    ev = m.get("evaluate")
+    if ev is not None:
+        scores = json.loads((ev.path / "scores.json").read_text())
+        results.update({"evaluate_run_id": ev.producer_run_id, "metric": scores["metric"], "k": scores["k"],
+                        "n": scores["n"], "chance": scores["chance"], "image_model": scores["image_model"]})
+        results["models"] = {
+            name: {k: v for k, v in s.items() if k != "per_layer"} | {
+                "kind": cfg.train.models[name].kind, "views": cfg.train.models[name].views,
+                "train_run_id": m[f"train:{name}"].producer_run_id, "embed_run_id": m[f"embed:{name}"].producer_run_id,
+            }
+            for name, s in scores["models"].items()
+        }
+        results["ordering"] = sorted(results["models"], key=lambda n: -results["models"][n]["mutual_knn"])
+        for f in ("table.md", "alignment.png"):
+            (out / f).write_bytes((ev.path / f).read_bytes())
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    c = ctx.client
+    c.log_artifact(parent, str(out / "results.json"))
+    for f in ("table.md", "alignment.png"):
+        if (out / f).exists():
+            c.log_artifact(parent, str(out / f))
+    for name, s in results.get("models", {}).items():
+        tracking.log_metrics(c, parent, {f"mutual_knn/{name}": s["mutual_knn"]})
+    return results

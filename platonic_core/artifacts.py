@@ -1,0 +1,131 @@
+"""Content-addressed artifact store.
+
+Each stage output is a folder `<root>/<stage>/<cache_key>/` holding its files and a
+`manifest.json` written last (its presence means the artifact is complete). The manifest
+records what a later stage, or a person asking "where did this number come from", needs:
+URI, content digest, counts, schema, stage + version, cache key, the upstream cache keys
+and digests, the config the stage read, and the MLflow run that produced it.
+
+The digest covers the content files only (not the manifest, not timings), so a stage that
+re-executes and writes the same bytes yields the same digest and leaves downstream cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+MANIFEST = "manifest.json"
+# derived indexes (rebuilt from the content files, not byte-stable): outside the digest
+DERIVED_SUFFIXES = {".duckdb", ".wal"}
+
+
+@dataclass
+class Manifest:
+    stage: str
+    stage_version: int
+    cache_key: str
+    uri: str
+    digest: str
+    counts: dict[str, int]
+    schema: dict[str, Any]
+    config: dict[str, Any]
+    upstream: dict[str, str]  # input stage -> its cache key
+    upstream_digests: dict[str, str]
+    upstream_runs: dict[str, str] = field(default_factory=dict)  # input stage -> producer run
+    stats: dict[str, Any] = field(default_factory=dict)  # not content: timings, losses
+    producer_run_id: str = ""
+    created_at: float = 0.0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.uri)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)
+
+    @classmethod
+    def read(cls, folder: Path) -> Manifest:
+        return cls(**json.loads((folder / MANIFEST).read_text()))
+
+
+def file_digest(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over (relative path, file sha256) of every content file, sorted."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST and p.suffix not in DERIVED_SUFFIXES:
+            h.update(str(p.relative_to(folder)).encode() + b"\0" + file_digest(p).encode() + b"\n")
+    return h.hexdigest()
+
+
+def describe_schema(folder: Path) -> dict[str, Any]:
+    """Per content file: Parquet columns and types, .npy shapes and dtypes, else its size."""
+    out: dict[str, Any] = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name == MANIFEST:
+            continue
+        rel = str(p.relative_to(folder))
+        if p.suffix == ".parquet":
+            s = pq.read_schema(p)
+            out[rel] = {"columns": {f.name: str(f.type) for f in s}}
+        elif p.suffix == ".npy":
+            a = np.load(p, mmap_mode="r")
+            out[rel] = {"shape": list(a.shape), "dtype": str(a.dtype)}
+        else:
+            out[rel] = {"bytes": p.stat().st_size}
+    return out
+
+
+class ArtifactStore:
+    """Folders keyed by (stage, cache key) under `root`."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+
+    def folder(self, stage: str, cache_key: str) -> Path:
+        return self.root / stage.replace(":", "/") / cache_key
+
+    def lookup(self, stage: str, cache_key: str) -> Manifest | None:
+        folder = self.folder(stage, cache_key)
+        if not (folder / MANIFEST).is_file():
+            return None
+        return Manifest.read(folder)
+
+    def staging(self, stage: str, cache_key: str) -> Path:
+        """A fresh scratch folder; `commit` moves it into place atomically."""
+        tmp = self.folder(stage, cache_key).with_name(f".{cache_key}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit(self, tmp: Path, manifest: Manifest) -> Manifest:
+        final = self.folder(manifest.stage, manifest.cache_key)
+        manifest.uri = str(final)
+        manifest.digest = folder_digest(tmp)
+        manifest.schema = describe_schema(tmp)
+        manifest.created_at = time.time()
+        if final.exists():  # a forced re-run replaces the previous artifact
+            shutil.rmtree(final)
+        tmp.rename(final)
+        (final / MANIFEST).write_text(manifest.to_json())
+        return manifest
+
+    def update(self, manifest: Manifest) -> None:
+        (Path(manifest.uri) / MANIFEST).write_text(manifest.to_json())

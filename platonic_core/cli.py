@@ -1,0 +1,205 @@
+"""The `platonic` command.
+
+    platonic demo [--json]                       the whole DAG on the synthetic world
+    platonic run CONFIG [--set k=v ...] [--only S | --from S] [--force S ...] [--json]
+    platonic stages [CONFIG]                     what each stage reads and writes
+    platonic lineage RUN_ID [--json]             evaluation run -> ... -> ingested source
+    platonic align A B [--k 10] [--no-clamp]     mutual kNN between two feature files
+
+Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
+Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from .config import ConfigError, PipelineConfig, load_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Proving and improving the Platonic Representation Hypothesis with JEPAs.")
+
+
+def fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _embedded_defaults() -> None:
+    """Prefect's temporary local server and quiet telemetry, unless the user set otherwise."""
+    for k, v in {
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_CLI_PROMPT": "false",
+        "DO_NOT_TRACK": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "TOKENIZERS_PARALLELISM": "false",
+    }.items():
+        os.environ.setdefault(k, v)
+
+
+def _run(cfg: PipelineConfig, only: str | None, from_stage: str | None, force: list[str], as_json: bool) -> dict:
+    from .stages import plan
+
+    plan(cfg, only, from_stage, force)  # validate stage names before anything starts
+    _embedded_defaults()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    # with --json, stdout carries the JSON alone: everything else goes to stderr
+    redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    with redirect:
+        from flows.pipeline import pipeline
+
+        results = pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=force or None)
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+    else:
+        print_summary(results)
+    return results
+
+
+def print_summary(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    if "models" in results:
+        t = Table(title=f"mutual {results['k']}-NN with the image encoder '{results['image_model']}' "
+                        f"(N={results['n']}, chance {results['chance']:.4f})")
+        for col in ("model", "objective", "mutual kNN", "95% CI", "layers", "train run"):
+            t.add_column(col)
+        for name in results["ordering"]:
+            s = results["models"][name]
+            t.add_row(name, f"{s['kind']} ({s['views']})", f"{s['mutual_knn']:.4f}",
+                      f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]", f"{s['layer_a']}, {s['layer_b']}", s["train_run_id"][:12])
+        con.print(t)
+        con.print(f"ordering: {' > '.join(results['ordering'])}")
+    con.print(f"results:        {results['output_dir']}/results.json")
+    con.print(f"MLflow run id:  {results['run_id']}")
+    uri = results["tracking_uri"]
+    if uri.startswith("sqlite"):
+        con.print(f"open the UI:    mlflow ui --backend-store-uri {uri} --port 5000   "
+                  f"then http://127.0.0.1:5000/#/experiments/ (experiment '{results['experiment']}')")
+    else:
+        con.print(f"tracking:       {uri}")
+    con.print(f"lineage:        platonic lineage {results['run_id']}" + (
+        f" --out-dir {Path(results['output_dir']).parents[1]}" if uri.startswith("sqlite") else ""))
+
+
+@app.command()
+def demo(
+    as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value"),
+    out_dir: str | None = typer.Option(None, "--out-dir", help="where artifacts and MLflow live (default .platonic)"),
+) -> None:
+    """Run the whole DAG on the synthetic world (CPU, offline, a few minutes)."""
+    try:
+        cfg = load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])])
+        _run(cfg, None, None, [], as_json)
+    except ConfigError as e:
+        fail(str(e))
+
+
+@app.command()
+def run(
+    config: Path = typer.Argument(..., help="YAML recipe, e.g. configs/demo.yaml"),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    only: str | None = typer.Option(None, "--only", help="execute only this stage (upstream from cache)"),
+    from_stage: str | None = typer.Option(None, "--from", help="re-execute this stage and everything after it"),
+    force: list[str] = typer.Option([], "--force", help="re-execute this stage even on a cache hit (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+) -> None:
+    """Run a recipe; stages whose cache key is unchanged are not executed."""
+    from tasks.stage import UpstreamNotCached
+
+    try:
+        cfg = load_config(config, sets)
+        _run(cfg, only, from_stage, force, as_json)
+    except ConfigError as e:
+        fail(str(e))
+    except UpstreamNotCached as e:
+        fail(str(e), 1)
+
+
+@app.command()
+def stages(config: Path | None = typer.Argument(None, help="recipe (default: the demo's)")) -> None:
+    """List the stages: what each reads (config), takes (inputs) and writes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .stages import SPECS, instances
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        fail(str(e))
+    t = Table(title="stages (in order)")
+    for col in ("stage", "version", "reads (config)", "inputs", "writes", "what"):
+        t.add_column(col, overflow="fold")
+    for name, spec in SPECS.items():
+        insts = [i for i in instances(cfg) if i.stage == name]
+        ids = ", ".join(i.id for i in insts)
+        inputs = sorted({u for i in insts for u in i.inputs(cfg)})
+        t.add_row(ids, str(spec.version), "\n".join(spec.reads), "\n".join(inputs) or "-", "\n".join(spec.writes), spec.doc)
+    Console(width=200).print(t)
+
+
+@app.command()
+def lineage(
+    run_id: str = typer.Argument(..., help="an MLflow run id: a pipeline (parent) run or any stage run"),
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The chain from an evaluation run back to the ingested source."""
+    _embedded_defaults()
+    from tasks.lineage import LineageError, print_lineage, trace
+
+    try:
+        chain = trace(run_id, out_dir)
+    except LineageError as e:
+        fail(str(e), 1)
+    if as_json:
+        typer.echo(json.dumps(chain, indent=1))
+    else:
+        print_lineage(chain)
+
+
+@app.command()
+def align(
+    a: Path = typer.Argument(..., help="features: .npz (layer_i), .npy or .pt; (N, D) or (L, N, D)"),
+    b: Path = typer.Argument(...),
+    metric: str = typer.Option("mutual_knn", "--metric"),
+    k: int = typer.Option(10, "--k"),
+    no_clamp: bool = typer.Option(False, "--no-clamp", help="skip the 0.95-quantile outlier clamp"),
+    layers: str = typer.Option("best", "--layers", help="best (all layer pairs) or last"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Score two feature files with PRH mutual kNN (best over layer pairs)."""
+    from .features import load_features
+    from .metrics import alignment
+
+    if metric != "mutual_knn":
+        fail(f"unknown metric {metric!r} (available: mutual_knn)")
+    if layers not in ("best", "last"):
+        fail(f"--layers must be best or last, not {layers!r}")
+    try:
+        s = alignment(load_features(a), load_features(b), k=k, clamp_q=1.0 if no_clamp else 0.95, layers=layers)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(s.as_dict()))
+    else:
+        typer.echo(f"mutual {k}-NN = {s.score:.4f}  95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]  best layers ({s.layer_a}, {s.layer_b})")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Typed recipe configs: YAML in, `--set key=value` overrides, stable hashing.
+
+A recipe is data. Every section is a pydantic model with `extra="forbid"`, so a typo is an
+error that names the key, never a silently ignored field. `ConfigError` carries one line
+meant for the user; the CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .resources import read_resource
+
+
+class ConfigError(ValueError):
+    """A bad recipe or override. The message is one line, meant for the user."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------
+# stage sections
+
+
+class WorldConfig(Section):
+    """The synthetic world: scenes, renders and caption grammar (see platonic_core/world)."""
+
+    seed: int = 0
+    n_train: int = Field(12000, ge=16)
+    n_eval: int = Field(1024, ge=16)
+    # co-occurrence structure: scene themes and a Dirichlet concentration (see world/scenes.py)
+    themes: int = Field(6, ge=1)
+    concentration: float = Field(0.5, gt=0)
+    min_objects: int = Field(1, ge=1)
+    max_objects: int = Field(3, ge=1)
+    n_shapes: int = Field(8, ge=2, le=8)
+    n_colours: int = Field(8, ge=2, le=8)
+    n_sizes: int = Field(3, ge=1, le=3)
+    grid: int = Field(3, ge=2, le=3)
+    image_size: int = Field(32, ge=16)
+    renders_per_scene: int = Field(2, ge=1)
+    image_noise: float = Field(0.06, ge=0)
+    # caption nuisance: how many synonym / template choices the grammar draws from
+    synonyms: int = Field(3, ge=1, le=4)
+    templates: int = Field(3, ge=1, le=4)
+    shuffle_objects: bool = True
+    # alt-texts: web-like, partial
+    alt_object_keep: float = Field(0.6, gt=0, le=1)
+    alt_attribute_drop: float = Field(0.35, ge=0, lt=1)
+    alt_junk: float = Field(0.5, ge=0, le=1)
+
+
+class IngestConfig(Section):
+    source: Literal["world"] = "world"
+    max_text_chars: int = Field(1000, ge=8)
+
+
+class PositivesConfig(Section):
+    """Extra texts per image. `world` backends are the synthetic captioner/paraphraser."""
+
+    backend: Literal["world"] = "world"
+    recaptions: int = Field(2, ge=0)
+    paraphrases: int = Field(1, ge=0)
+    seed: int = 0
+
+
+class DedupConfig(Section):
+    enabled: bool = True
+    policy: Literal["drop_text", "drop_image"] = "drop_text"
+
+
+class ViewsConfig(Section):
+    """Which texts feed the text models. Good views: `n_views` distinct texts of one image
+    drawn from `good_sources`; bad views and next-token read one text from `text_sources`."""
+
+    good_sources: list[str] = ["recap"]
+    n_views: int = Field(2, ge=2)
+    text_sources: list[str] = ["recap"]
+    vocab_size: int = Field(400, ge=64)
+    max_len: int = Field(48, ge=8)
+    seed: int = 0
+
+
+class OptimConfig(Section):
+    lr: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(0.05, ge=0)
+    warmup_frac: float = Field(0.05, ge=0, lt=1)
+    final_lr_frac: float = Field(1e-2, ge=0, le=1)
+    grad_clip: float = Field(1.0, ge=0)
+
+
+class ModelConfig(Section):
+    """One model to train. `kind` picks the objective and architecture family."""
+
+    kind: Literal["text_jepa", "causal_lm", "image_jepa"]
+    views: Literal["good", "bad", "text", "renders"] = "good"
+    width: int = Field(96, ge=8)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    proj_dim: int = Field(64, ge=2)
+    steps: int = Field(300, ge=1)
+    batch_size: int = Field(128, ge=4)
+    # LeJEPA
+    lam: float = Field(0.05, ge=0, le=1)
+    loss_form: Literal["minimal", "stable_pretraining"] = "minimal"
+    slices: int = Field(256, ge=1)
+    # bad views: masking of one text into two copies
+    mask_rate: float = Field(0.3, ge=0, lt=1)
+    mask_span: int = Field(1, ge=1)
+    optim: OptimConfig = OptimConfig()
+
+    @model_validator(mode="after")
+    def _check_views(self) -> ModelConfig:
+        allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text"}, "image_jepa": {"renders"}}
+        if self.views not in allowed[self.kind]:
+            raise ValueError(
+                f"kind {self.kind!r} trains on views {sorted(allowed[self.kind])}, not {self.views!r}"
+            )
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        return self
+
+
+class TrainConfig(Section):
+    threads: int = Field(2, ge=1)
+    models: dict[str, ModelConfig]
+
+    @model_validator(mode="after")
+    def _names(self) -> TrainConfig:
+        for name in self.models:
+            if not name.isidentifier():
+                raise ValueError(f"model name {name!r} must be an identifier")
+        return self
+
+
+class EmbedConfig(Section):
+    batch_size: int = Field(256, ge=1)
+
+
+class EvaluateConfig(Section):
+    image_model: str = "image"
+    text_models: list[str] = ["good", "ntp", "bad"]
+    k: int = Field(10, ge=1)
+    clamp_quantile: float = Field(0.95, gt=0, le=1)
+    layers: Literal["best", "last"] = "best"
+    bootstrap: int = Field(1000, ge=0)
+
+
+class PipelineConfig(Section):
+    name: str = "demo"
+    seed: int = 0
+    out_dir: str = ".platonic"
+    experiment: str = "platonic"
+    world: WorldConfig = WorldConfig()
+    ingest: IngestConfig = IngestConfig()
+    positives: PositivesConfig = PositivesConfig()
+    dedup: DedupConfig = DedupConfig()
+    views: ViewsConfig = ViewsConfig()
+    train: TrainConfig
+    embed: EmbedConfig = EmbedConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+
+    @model_validator(mode="after")
+    def _check_refs(self) -> PipelineConfig:
+        names = set(self.train.models)
+        ev = self.evaluate
+        for ref in [ev.image_model, *ev.text_models]:
+            if ref not in names:
+                raise ValueError(f"evaluate refers to model {ref!r}, not in train.models {sorted(names)}")
+        if self.train.models[ev.image_model].kind != "image_jepa":
+            raise ValueError(f"evaluate.image_model {ev.image_model!r} is not an image_jepa")
+        if self.world.max_objects < self.world.min_objects:
+            raise ValueError("world.max_objects < world.min_objects")
+        if self.world.max_objects > self.world.grid**2:
+            raise ValueError(f"world.max_objects > {self.world.grid**2} grid cells")
+        return self
+
+
+# --------------------------------------------------------------------------------------
+# loading, overrides, hashing
+
+
+def _format_validation_error(err: ValidationError, origin: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return f"{origin}: unknown key '{loc}'"
+    if kind == "missing":
+        return f"{origin}: missing key '{loc}'"
+    got = first.get("input")
+    got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"{origin}: '{loc}': {msg}{got_s}"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a", "b", "c"], value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key=value")
+    key, raw = item.split("=", 1)
+    path = [p for p in key.strip().split(".")]
+    if not all(path):
+        raise ConfigError(f"--set {item!r}: empty key segment")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {item!r}: value is not valid YAML ({e.problem})") from None
+    return path, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        path, value = parse_override(item)
+        node = out
+        for i, part in enumerate(path[:-1]):
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = {}
+                node[part] = nxt
+            elif not isinstance(nxt, dict):
+                raise ConfigError(f"--set {item!r}: '{'.'.join(path[: i + 1])}' is not a section")
+            node = nxt
+        node[path[-1]] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides."""
+    if path is None:
+        text = read_resource("configs", "demo.yaml")
+        origin = "configs/demo.yaml"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such recipe file")
+        text, origin = p.read_text(), str(p)
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{origin}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: a recipe is a mapping of sections")
+    raw = apply_overrides(raw, overrides or [])
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, origin)) from None
+
+
+def to_plain(obj: Any) -> Any:
+    """A config (or section, or value) as plain JSON-able data."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    return obj
+
+
+def stable_hash(obj: Any, n: int = 16) -> str:
+    """sha256 of canonical JSON (sorted keys): the same config always hashes the same."""
+    blob = json.dumps(to_plain(obj), sort_keys=True, separators=(",", ":"), default=to_plain)
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def get_path(cfg: PipelineConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node

@@ -1,0 +1,1 @@
+"""Readers, the normalised text schema, and the DuckDB catalog."""

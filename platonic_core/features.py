@@ -1,0 +1,86 @@
+"""Embeddings of eval texts and images: one pooled (N, D_l) array per layer.
+
+Saved as `.npz` (`layer_0` … `layer_L`, embeddings first), the format `metrics.alignment`
+and `platonic align` read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from .models import load_checkpoint
+from .tokenizer import encode, load_tokenizer
+
+
+@torch.no_grad()
+def text_layer_features(model: torch.nn.Module, tok, texts: list[str], max_len: int, batch_size: int = 256) -> list[np.ndarray]:
+    chunks: list[list[torch.Tensor]] = []
+    for s in range(0, len(texts), batch_size):
+        ids, mask = encode(tok, texts[s : s + batch_size], max_len)
+        chunks.append(model.layer_features(ids, mask))
+    return [torch.cat([c[i] for c in chunks]).numpy() for i in range(len(chunks[0]))]
+
+
+@torch.no_grad()
+def image_layer_features(model: torch.nn.Module, images: np.ndarray, batch_size: int = 256) -> list[np.ndarray]:
+    chunks = []
+    for s in range(0, len(images), batch_size):
+        x = model.prepare(torch.from_numpy(np.ascontiguousarray(images[s : s + batch_size])))
+        chunks.append(model.layer_features(x))
+    return [torch.cat([c[i] for c in chunks]).numpy() for i in range(len(chunks[0]))]
+
+
+def save_features(layers: list[np.ndarray], path: Path) -> None:
+    np.savez(path, **{f"layer_{i}": a.astype(np.float32) for i, a in enumerate(layers)})
+
+
+def load_features(path: Path) -> list[np.ndarray]:
+    """Read features from .npz (layer_i), .npy ((N, D) or (L, N, D)) or .pt (weights_only)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such feature file")
+    if path.suffix == ".npz":
+        z = np.load(path, allow_pickle=False)
+        keys = sorted(z.files, key=lambda k: int(k.split("_")[-1]) if k.split("_")[-1].isdigit() else -1)
+        return [z[k] for k in keys]
+    if path.suffix == ".npy":
+        a = np.load(path, allow_pickle=False)
+    elif path.suffix == ".pt":
+        a = torch.load(path, map_location="cpu", weights_only=True)
+        a = a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    else:
+        raise ValueError(f"{path}: unsupported feature format {path.suffix!r} (use .npz, .npy or .pt)")
+    if a.ndim == 2:
+        return [a]
+    if a.ndim == 3:
+        return list(a)
+    raise ValueError(f"{path}: features must be (N, D) or (L, N, D), got shape {a.shape}")
+
+
+def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256) -> dict:
+    """Embed the eval split with one trained model. Text models read the eval captions of an
+    ingest artifact, the image model the eval renders of a world artifact; rows are ordered
+    by image id, the same order for every model (checked at evaluation)."""
+    model = load_checkpoint(checkpoint_dir, model_cfg)
+    if model_cfg.kind == "image_jepa":
+        s = pq.read_table(eval_dir / "scenes.parquet", columns=["scene_id", "split", "render_row"]).to_pydict()
+        pairs = sorted((i, r) for i, sp, r in zip(s["scene_id"], s["split"], s["render_row"], strict=True) if sp == "eval")
+        renders = np.load(eval_dir / "renders.npy", mmap_mode="r")
+        ids = [i for i, _ in pairs]
+        layers = image_layer_features(model, renders[[r for _, r in pairs], 0], batch_size)
+    else:
+        t = pq.read_table(eval_dir / "eval.parquet", columns=["image_id", "text"]).to_pydict()
+        pairs = sorted(zip(t["image_id"], t["text"], strict=True))
+        ids = [i for i, _ in pairs]
+        tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
+        max_len = json.loads((checkpoint_dir / "model.json").read_text())["max_len"]
+        layers = text_layer_features(model, tok, [x for _, x in pairs], max_len, batch_size)
+    save_features(layers, out / "features.npz")
+    pq.write_table(pa.table({"image_id": ids}), out / "ids.parquet")
+    return {"samples": len(ids), "layers": len(layers), "dim": int(layers[-1].shape[1])}

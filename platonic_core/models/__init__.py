@@ -1,0 +1,46 @@
+"""Models, built from `ModelConfig`: architectures are config, not code.
+
+- text_jepa: a BERT encoder (transformers BertModel) + projector
+- causal_lm: a GPT-2 of the same width/depth (transformers GPT2LMHeadModel)
+- image_jepa: a small CNN + projector
+
+Every model exposes `layer_features(...) -> list[(B, D_l)]`: one pooled representation per
+layer (embeddings first), which the evaluation compares layer pair by layer pair (PRH).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+
+from .image import ImageEncoder
+from .text import CausalLM, TextEncoder
+
+__all__ = ["build_model", "save_checkpoint", "load_checkpoint", "TextEncoder", "CausalLM", "ImageEncoder"]
+
+
+def build_model(cfg, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32) -> torch.nn.Module:
+    if cfg.kind == "text_jepa":
+        return TextEncoder(vocab_size, cfg.width, cfg.layers, cfg.heads, cfg.proj_dim, max_len)
+    if cfg.kind == "causal_lm":
+        return CausalLM(vocab_size, cfg.width, cfg.layers, cfg.heads, max_len)
+    if cfg.kind == "image_jepa":
+        return ImageEncoder(cfg.width, cfg.proj_dim, image_size)
+    raise ValueError(f"unknown model kind {cfg.kind!r}")
+
+
+def save_checkpoint(model: torch.nn.Module, build_args: dict, out: Path) -> None:
+    """Weights as safetensors (shared tensors handled) + the arguments that rebuild it."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(out / "model.safetensors"))
+    (out / "model.json").write_text(json.dumps(build_args, sort_keys=True, indent=1))
+
+
+def load_checkpoint(path: Path, cfg) -> torch.nn.Module:
+    args = json.loads((path / "model.json").read_text())
+    model = build_model(cfg, **args)
+    load_model(model, str(path / "model.safetensors"))
+    return model.eval()

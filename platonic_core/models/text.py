@@ -1,0 +1,68 @@
+"""Text models: a BERT encoder for JEPAs and a GPT-2 of the same size for next-token.
+
+Both are real transformers models built from a config (no hub download), so the same code
+loads `bert-base-uncased`-sized presets later.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+from .projector import projector
+
+
+def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, D), (B, T) -> (B, D): mean over real tokens."""
+    m = mask.unsqueeze(-1).to(h.dtype)
+    return (h * m).sum(1) / m.sum(1).clamp_min(1)
+
+
+class TextEncoder(nn.Module):
+    """BERT encoder; embedding = mean of the last hidden state over tokens."""
+
+    def __init__(self, vocab_size: int, width: int, layers: int, heads: int, proj_dim: int, max_len: int):
+        super().__init__()
+        self.bert = BertModel(
+            BertConfig(
+                vocab_size=vocab_size, hidden_size=width, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=4 * width,
+                max_position_embeddings=max_len, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0, pad_token_id=0,
+            ),
+            add_pooling_layer=False,
+        )
+        self.proj = projector(width, proj_dim)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, D)
+        emb = masked_mean(h, attention_mask)  # (B, D)
+        return emb, self.proj(emb)  # (B, D), (B, K)
+
+    @torch.no_grad()
+    def layer_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        return [masked_mean(h, attention_mask) for h in out.hidden_states]  # L+1 x (B, D)
+
+
+class CausalLM(nn.Module):
+    """GPT-2 language model of the encoder's width and depth."""
+
+    def __init__(self, vocab_size: int, width: int, layers: int, heads: int, max_len: int):
+        super().__init__()
+        self.lm = GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=vocab_size, n_embd=width, n_layer=layers, n_head=heads, n_positions=max_len,
+                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=3,
+                pad_token_id=0,
+            )
+        )
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+
+    @torch.no_grad()
+    def layer_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+        out = self.lm.transformer(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        return [masked_mean(h, attention_mask) for h in out.hidden_states]  # L+1 x (B, D)

@@ -1,0 +1,41 @@
+"""Tables and plots of alignment results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def alignment_table(result: dict) -> str:
+    """Markdown table: one row per text model, mutual kNN with a 95% CI and the layer pair."""
+    labels = result.get("labels", {})
+    lines = [
+        f"| model | mutual {result['k']}-NN with `{result['image_model']}` | 95% CI | layers (text, image) |",
+        "|---|---|---|---|",
+    ]
+    for m, s in sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"]):
+        name = f"{m} ({labels[m]})" if m in labels else m
+        lines.append(f"| {name} | {s['mutual_knn']:.4f} | [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}] | {s['layer_a']}, {s['layer_b']} |")
+    lines.append(f"| chance (k/(N-1)) | {result['chance']:.4f} | | |")
+    return "\n".join(lines) + "\n"
+
+
+def alignment_plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    items = sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"])
+    names = [m for m, _ in items]
+    vals = [s["mutual_knn"] for _, s in items]
+    err = [[v - s["ci95"][0] for v, (_, s) in zip(vals, items, strict=True)],
+           [s["ci95"][1] - v for v, (_, s) in zip(vals, items, strict=True)]]
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
+    ax.bar(names, vals, yerr=err, capsize=4, color=["#3b7dd8", "#e0a030", "#c0504d", "#777777"][: len(names)])
+    ax.axhline(result["chance"], ls="--", c="k", lw=1, label="chance")
+    ax.set_ylabel(f"mutual {result['k']}-NN with {result['image_model']}")
+    ax.set_title(f"text-image alignment (N={result['n']}, 95% CI)")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,161 @@
+"""The DAG as data: which stages exist, what each reads and writes, and the run plan.
+
+A stage *instance* is a stage applied to one thing: `train:good`, `embed:ntp`. Its cache
+key hashes (stage name, stage version, the config fields it reads, its inputs' digests), so
+changing one field re-executes exactly the stages that read it and, through the digests,
+what is downstream of them.
+
+Bump `version` when a stage's semantics change: the cache cannot see code changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import ConfigError, PipelineConfig, get_path, stable_hash, to_plain
+
+ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "evaluate"]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    version: int
+    reads: tuple[str, ...]  # config paths; `{model}` is the instance's model name
+    inputs: tuple[str, ...]  # upstream stage instances; `{model}` as above
+    writes: tuple[str, ...]
+    doc: str
+
+
+SPECS: dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec("world", 1, ("world",), (), ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"),
+                  "generate the synthetic world: scenes, image renders, alt-texts, eval captions"),
+        StageSpec("ingest", 1, ("ingest",), ("world",), ("corpus.parquet", "eval.parquet", "images.parquet", "quarantine.parquet", "catalog.duckdb"),
+                  "normalise the source into Parquet (one row per text) + a DuckDB catalog; bad rows quarantined"),
+        StageSpec("positives", 1, ("positives",), ("ingest", "world"), ("texts.parquet", "failures.parquet"),
+                  "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)"),
+        StageSpec("dedup", 1, ("dedup",), ("positives", "ingest"), ("texts.parquet", "removed.parquet", "report.json"),
+                  "remove training texts equal to an eval caption after normalisation"),
+        StageSpec("views", 1, ("views",), ("dedup",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"),
+                  "good views (texts of one image), texts for bad views / next-token, the shared tokenizer"),
+        StageSpec("train", 1, ("seed", "train.models.{model}"), ("{train_input}",), ("model.safetensors", "model.json", "history.json"),
+                  "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders)"),
+        StageSpec("embed", 1, ("embed",), ("train:{model}", "{eval_input}"), ("features.npz", "ids.parquet"),
+                  "per-layer embeddings of the eval captions (text models) or eval images (image model)"),
+        StageSpec("evaluate", 1, ("evaluate",), ("embed:*",), ("scores.json", "table.md", "alignment.png"),
+                  "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, table and plot"),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class StageInstance:
+    stage: str  # spec name
+    model: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.stage}:{self.model}" if self.model else self.stage
+
+    def spec(self) -> StageSpec:
+        return SPECS[self.stage]
+
+    def reads(self) -> list[str]:
+        return [r.replace("{model}", self.model or "") for r in self.spec().reads]
+
+    def inputs(self, cfg: PipelineConfig) -> list[str]:
+        out = []
+        for i in self.spec().inputs:
+            if i == "{train_input}":
+                kind = cfg.train.models[self.model].kind
+                out.append("world" if kind == "image_jepa" else "views")
+            elif i == "{eval_input}":
+                kind = cfg.train.models[self.model].kind
+                out.append("world" if kind == "image_jepa" else "ingest")
+            elif i == "embed:*":
+                out.extend(f"embed:{m}" for m in evaluated_models(cfg))
+            else:
+                out.append(i.replace("{model}", self.model or ""))
+        return out
+
+    def config_slice(self, cfg: PipelineConfig) -> dict:
+        return {r: to_plain(get_path(cfg, r)) for r in self.reads()}
+
+
+def evaluated_models(cfg: PipelineConfig) -> list[str]:
+    return [cfg.evaluate.image_model, *cfg.evaluate.text_models]
+
+
+def instances(cfg: PipelineConfig) -> list[StageInstance]:
+    """Every stage instance of the recipe, in execution order."""
+    out = [StageInstance(s) for s in ORDER[:5]]
+    models = evaluated_models(cfg)
+    out += [StageInstance("train", m) for m in models]
+    out += [StageInstance("embed", m) for m in models]
+    out.append(StageInstance("evaluate"))
+    return out
+
+
+def cache_key(inst: StageInstance, cfg: PipelineConfig, input_digests: dict[str, str]) -> str:
+    spec = inst.spec()
+    return stable_hash({
+        "stage": inst.id, "version": spec.version, "config": inst.config_slice(cfg), "inputs": input_digests,
+    })
+
+
+# ---- run plan ------------------------------------------------------------------------
+
+RUN, FORCE, CACHED_ONLY, SKIP = "run", "force", "cached-only", "skip"
+
+
+def _matches(selector: str, inst: StageInstance) -> bool:
+    return selector in (inst.stage, inst.id)
+
+
+def check_selector(selector: str, cfg: PipelineConfig) -> None:
+    known = {i.stage for i in instances(cfg)} | {i.id for i in instances(cfg)}
+    if selector not in known:
+        raise ConfigError(f"unknown stage {selector!r}; stages: {', '.join(ORDER)} (or e.g. train:{cfg.evaluate.text_models[0]})")
+
+
+def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None, force: list[str] | None = None) -> dict[str, str]:
+    """Stage instance id -> mode.
+
+    - default: every stage runs, cache hits skip the body
+    - `only S`: S executes (forced); upstream must be cached; downstream is skipped
+    - `from S`: S and everything after it execute (forced); upstream as default
+    - `force S`: S executes even on a cache hit; downstream re-executes if S's output changed
+    """
+    force = force or []
+    for s in [only, from_, *force]:
+        if s:
+            check_selector(s, cfg)
+    if only and from_:
+        raise ConfigError("--only and --from cannot be combined")
+    insts = instances(cfg)
+    modes = {i.id: RUN for i in insts}
+    if only:
+        # the selected instances execute; their transitive inputs must come from the cache;
+        # nothing else is touched
+        by_id = {i.id: i for i in insts}
+        needed: set[str] = set()
+        todo = [i.id for i in insts if _matches(only, i)]
+        while todo:
+            for up in by_id[todo.pop()].inputs(cfg):
+                if up not in needed:
+                    needed.add(up)
+                    todo.append(up)
+        for i in insts:
+            modes[i.id] = FORCE if _matches(only, i) else (CACHED_ONLY if i.id in needed else SKIP)
+    if from_:
+        first = min(k for k, i in enumerate(insts) if _matches(from_, i))
+        for k, i in enumerate(insts):
+            if k >= first and (i.stage != insts[first].stage or _matches(from_, i) or ORDER.index(i.stage) > ORDER.index(insts[first].stage)):
+                modes[i.id] = FORCE
+    for s in force:
+        for i in insts:
+            if _matches(s, i) and modes[i.id] != SKIP:
+                modes[i.id] = FORCE
+    return modes

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from platonic_core.features import run_embed
+from platonic_core.stages import StageInstance
+
+from .stage import execute
+
+
+@task(name="embed", cache_policy=NO_CACHE, task_run_name="embed:{model}")
+def embed(cfg, model, train_m, eval_m, mode, ctx):
+    """Per-layer features of the eval split for one trained model."""
+    inst = StageInstance("embed", model)
+
+    def compute(out, run_id):
+        return run_embed(cfg.train.models[model], train_m.path, eval_m.path, out, cfg.embed.batch_size), {}
+
+    return execute(inst, cfg, {train_m.stage: train_m, eval_m.stage: eval_m}, mode, ctx, compute)

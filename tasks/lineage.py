@@ -1,0 +1,87 @@
+"""Where a number came from: walk MLflow stage runs back to the source.
+
+Each stage run carries `platonic.upstream_runs` (input stage -> the run that produced that
+input); a cache-hit run points at its producer through `platonic.producer_run_id`. The walk
+starts at an evaluate run (or at a pipeline parent run, whose evaluate child it picks).
+"""
+
+from __future__ import annotations
+
+import json
+
+from mlflow.exceptions import MlflowException
+
+from . import tracking
+
+
+class LineageError(RuntimeError):
+    pass
+
+
+def _node(c, run_id: str) -> dict:
+    try:
+        r = c.get_run(run_id)
+    except MlflowException as e:
+        raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
+    t = r.data.tags
+    return {
+        "stage": t.get("platonic.stage_instance", "?"), "run_id": run_id,
+        "cache_key": t.get("platonic.cache_key"), "digest": t.get("platonic.digest"),
+        "cache_hit": t.get("platonic.cache_hit") == "true", "producer_run_id": t.get("platonic.producer_run_id"),
+        "config": dict(sorted(r.data.params.items())),
+        "inputs": [{"name": d.dataset.name, "digest": d.dataset.digest} for d in (r.inputs.dataset_inputs if r.inputs else [])],
+        "upstream_runs": json.loads(t.get("platonic.upstream_runs", "{}")),
+    }
+
+
+def trace(run_id: str, out_dir: str) -> dict:
+    """A tree: {stage, run_id, cache_key, digest, config, upstream: [...]}."""
+    c = tracking.client(out_dir)
+    try:
+        run = c.get_run(run_id)
+    except MlflowException as e:
+        raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
+    if "platonic.stage" not in run.data.tags:  # a pipeline run: start from its evaluate child
+        kids = c.search_runs([run.info.experiment_id],
+                             filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and tags.`platonic.stage` = 'evaluate'")
+        if not kids:
+            raise LineageError(f"run {run_id} has no evaluate stage run (was evaluate skipped?)")
+        run_id = kids[0].info.run_id
+    seen: dict[str, dict] = {}
+
+    def walk(rid: str) -> dict:
+        node = _node(c, rid)
+        if node["cache_hit"] and node["producer_run_id"]:
+            node["produced_by"] = node["producer_run_id"]
+        if rid in seen:
+            return {"stage": node["stage"], "run_id": rid, "see_above": True}
+        seen[rid] = node
+        node["upstream"] = [walk(u) for u in node.pop("upstream_runs").values() if u]
+        return node
+
+    return walk(run_id)
+
+
+def print_lineage(tree: dict) -> None:
+    from rich.console import Console
+    from rich.tree import Tree
+
+    def label(n: dict) -> str:
+        if n.get("see_above"):
+            return f"[bold]{n['stage']}[/] run {n['run_id']} (see above)"
+        hit = f" cache hit of run {n['produced_by']}" if n.get("produced_by") else ""
+        cfg = ", ".join(f"{k}={v}" for k, v in n["config"].items())
+        if len(cfg) > 300:
+            cfg = cfg[:300] + " …"
+        return (f"[bold]{n['stage']}[/]  run {n['run_id']}{hit}\n"
+                f"  cache key {n['cache_key']}  digest {(n['digest'] or '')[:16]}\n  config: {cfg}")
+
+    def add(t: Tree, n: dict) -> None:
+        sub = t.add(label(n))
+        for u in n.get("upstream", []):
+            add(sub, u)
+
+    root = Tree(label(tree))
+    for u in tree.get("upstream", []):
+        add(root, u)
+    Console(width=160).print(root)
