@@ -67,7 +67,7 @@ def print_summary(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=max(120, Console().width), highlight=False)
     if "models" in results:
         t = Table(title=f"mutual {results['k']}-NN with the image encoder '{results['image_model']}' "
                         f"(N={results['n']}, chance {results['chance']:.4f})")

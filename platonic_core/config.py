@@ -191,7 +191,7 @@ class PipelineConfig(Section):
 
 def _format_validation_error(err: ValidationError, origin: str) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    loc = ".".join(str(p) for p in first["loc"])
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"{origin}: unknown key '{loc}'"
@@ -200,6 +200,8 @@ def _format_validation_error(err: ValidationError, origin: str) -> str:
     got = first.get("input")
     got_s = "" if isinstance(got, dict) else f" (got {got!r})"
     msg = first["msg"].removeprefix("Value error, ")
+    if not loc:  # a check across sections
+        return f"{origin}: {msg}"
     return f"{origin}: '{loc}': {msg}{got_s}"
 
 

@@ -16,7 +16,8 @@ from .metrics import alignment
 from .report import alignment_plot, alignment_table
 
 
-def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str] | None = None) -> dict:
+def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str] | None = None,
+                 views: dict[str, str] | None = None) -> dict:
     ids = {m: pq.read_table(d / "ids.parquet")["image_id"].to_pylist() for m, d in embeds.items()}
     ref = ids[cfg.image_model]
     for m, i in ids.items():
@@ -30,7 +31,7 @@ def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str]
         scores[m] = {**s.as_dict(), "per_layer": s.per_layer}
     chance = cfg.k / (len(ref) - 1)
     result = {"metric": "mutual_knn", "k": cfg.k, "image_model": cfg.image_model, "n": len(ref),
-              "chance": chance, "models": scores, "labels": labels or {}}
+              "chance": chance, "models": scores, "labels": labels or {}, "views": views or {}}
     (out / "scores.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(alignment_table(result))
     alignment_plot(result, out / "alignment.png")

@@ -31,7 +31,9 @@ def alignment_plot(result: dict, path: Path) -> None:
     err = [[v - s["ci95"][0] for v, (_, s) in zip(vals, items, strict=True)],
            [s["ci95"][1] - v for v, (_, s) in zip(vals, items, strict=True)]]
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
-    ax.bar(names, vals, yerr=err, capsize=4, color=["#3b7dd8", "#e0a030", "#c0504d", "#777777"][: len(names)])
+    palette = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}  # by training views
+    views = result.get("views", {})
+    ax.bar(names, vals, yerr=err, capsize=4, color=[palette.get(views.get(n, ""), "#777777") for n in names])
     ax.axhline(result["chance"], ls="--", c="k", lw=1, label="chance")
     ax.set_ylabel(f"mutual {result['k']}-NN with {result['image_model']}")
     ax.set_title(f"text-image alignment (N={result['n']}, 95% CI)")

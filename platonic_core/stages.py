@@ -125,7 +125,7 @@ def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
 
     - default: every stage runs, cache hits skip the body
     - `only S`: S executes (forced); upstream must be cached; downstream is skipped
-    - `from S`: S and everything after it execute (forced); upstream as default
+    - `from S`: S and everything downstream of it execute (forced); the rest as default
     - `force S`: S executes even on a cache hit; downstream re-executes if S's output changed
     """
     force = force or []
@@ -150,9 +150,11 @@ def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
         for i in insts:
             modes[i.id] = FORCE if _matches(only, i) else (CACHED_ONLY if i.id in needed else SKIP)
     if from_:
-        first = min(k for k, i in enumerate(insts) if _matches(from_, i))
-        for k, i in enumerate(insts):
-            if k >= first and (i.stage != insts[first].stage or _matches(from_, i) or ORDER.index(i.stage) > ORDER.index(insts[first].stage)):
+        # the selected instances and everything that (transitively) reads their output
+        dirty = {i.id for i in insts if _matches(from_, i)}
+        for i in insts:  # execution order is a topological order
+            if i.id in dirty or any(u in dirty for u in i.inputs(cfg)):
+                dirty.add(i.id)
                 modes[i.id] = FORCE
     for s in force:
         for i in insts:

@@ -15,7 +15,8 @@ def evaluate(cfg, embed_ms, mode, ctx):
     labels = {m: f"{cfg.train.models[m].kind}, {cfg.train.models[m].views} views" for m in cfg.evaluate.text_models}
 
     def compute(out, run_id):
-        metrics = run_evaluate({m.stage.split(":", 1)[1]: m.path for m in embed_ms.values()}, cfg.evaluate, out, labels)
+        metrics = run_evaluate({m.stage.split(":", 1)[1]: m.path for m in embed_ms.values()}, cfg.evaluate, out, labels,
+                               {m: cfg.train.models[m].views for m in cfg.evaluate.text_models})
         return {"n": metrics.pop("n")}, metrics
 
     return execute(StageInstance("evaluate"), cfg, embed_ms, mode, ctx, compute,

@@ -26,7 +26,6 @@ from platonic_core.stages import CACHED_ONLY, FORCE, StageInstance, cache_key
 from . import tracking
 
 
-
 def _logger() -> logging.Logger | logging.LoggerAdapter:
     """Prefect's run logger inside a flow (console + UI), a plain logger outside."""
     try:

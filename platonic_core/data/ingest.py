@@ -45,11 +45,14 @@ def ingest_world(world_dir: Path, cfg, out: Path) -> dict[str, int]:
             if reason is None and text_id in seen:
                 reason = "duplicate_key"
             if reason is not None:
-                quarantine.append({"source_uri": uri, "source_row": r, "field": "text", "reason": reason, "raw": str(text)})
+                quarantine.append({"source_uri": uri, "source_row": r, "field": "text", "reason": reason, "raw": None if text is None else str(text)})
                 continue
             seen.add(text_id)
             sink.append({"image_id": sid, "text_id": text_id, "source_kind": kind, "text": " ".join(text.split()),
                          "source_uri": uri, "source_row": r})
+    if not eval_rows:
+        raise ValueError(f"ingest: every eval caption in {world_dir / 'eval_captions.parquet'} was quarantined "
+                         f"(see quarantine.parquet; ingest.max_text_chars={cfg.max_text_chars})")
     scenes = pq.read_table(world_dir / "scenes.parquet", columns=["scene_id", "split", "render_row"])
     renders_uri = str(world_dir / "renders.npy")
     images = pa.table({

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..world import STREAM_PARAPHRASE, STREAM_RECAPTION, load_scenes, paraphrase, recaption, scene_rng
+from ..world import (
+    STREAM_PARAPHRASE,
+    STREAM_RECAPTION,
+    load_scenes,
+    paraphrase,
+    recaption,
+    scene_rng,
+)
 
 
 class WorldGenerator:

@@ -21,7 +21,14 @@ import pyarrow.parquet as pq
 
 from .captions import alt_text, paraphrase, recaption
 from .render import render
-from .scenes import Scene, attribute_vector, sample_scene, scene_from_json, scene_to_json, world_laws
+from .scenes import (
+    Scene,
+    attribute_vector,
+    sample_scene,
+    scene_from_json,
+    scene_to_json,
+    world_laws,
+)
 
 __all__ = [
     "generate_world", "scene_rng", "load_scenes", "attribute_vector", "recaption",

@@ -1,0 +1,272 @@
+"""Recipes, overrides, hashing (platonic_core/config.py) and the run plan / cache keys
+(platonic_core/stages.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from platonic_core.config import (
+    ConfigError,
+    PipelineConfig,
+    apply_overrides,
+    load_config,
+    stable_hash,
+)
+from platonic_core.stages import (
+    CACHED_ONLY,
+    FORCE,
+    ORDER,
+    RUN,
+    SKIP,
+    StageInstance,
+    cache_key,
+    instances,
+    plan,
+)
+
+MODELS = ["image", "good", "ntp", "bad"]  # evaluate.image_model first, then text_models
+
+
+@pytest.fixture(scope="module")
+def demo() -> PipelineConfig:
+    return load_config(None)
+
+
+# ---- loading and overrides ---------------------------------------------------------------
+
+
+def test_demo_recipe_loads(demo):
+    assert demo.name == "demo"
+    assert demo.world.n_train == 12000 and demo.world.n_eval == 1024
+    assert demo.world.templates == 2  # set in the recipe (default is 3)
+    assert set(demo.train.models) == set(MODELS)
+    assert demo.train.models["good"].kind == "text_jepa" and demo.train.models["good"].views == "good"
+    assert demo.train.models["image"].kind == "image_jepa"
+    assert demo.evaluate.text_models == ["good", "ntp", "bad"]
+
+
+def test_overrides_apply_and_are_typed(demo):
+    cfg = load_config(None, [
+        "world.seed=3", "train.models.good.steps=5", "world.concentration=0.25",
+        "views.good_sources=[recap, paraphrase]", "dedup.policy=drop_image", "name=other",
+    ])
+    assert cfg.world.seed == 3 and type(cfg.world.seed) is int
+    assert cfg.train.models["good"].steps == 5 and type(cfg.train.models["good"].steps) is int
+    assert cfg.world.concentration == 0.25 and isinstance(cfg.world.concentration, float)
+    assert cfg.views.good_sources == ["recap", "paraphrase"]
+    assert cfg.dedup.policy == "drop_image"
+    assert cfg.name == "other"
+    # untouched fields keep the recipe's values
+    assert cfg.train.models["bad"].steps == demo.train.models["bad"].steps
+    assert cfg.world.n_train == demo.world.n_train
+    # the overridden model keeps its other recipe fields (a merge, not a replace)
+    assert cfg.train.models["good"].width == 64
+
+
+def test_apply_overrides_does_not_mutate_its_input():
+    raw = {"world": {"seed": 0}}
+    out = apply_overrides(raw, ["world.seed=9", "new.section.key=1"])
+    assert raw == {"world": {"seed": 0}}
+    assert out == {"world": {"seed": 9}, "new": {"section": {"key": 1}}}
+
+
+@pytest.mark.parametrize("item, key", [
+    ("world.sed=1", "world.sed"),
+    ("train.models.good.stepz=5", "train.models.good.stepz"),
+    ("nosuchsection.x=1", "nosuchsection"),
+])
+def test_unknown_key_names_the_dotted_key(item, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [item])
+    assert f"'{key}'" in str(e.value)
+    assert "unknown key" in str(e.value)
+    assert "\n" not in str(e.value)  # one line for the user
+
+
+@pytest.mark.parametrize("item, key", [
+    ("world.seed=abc", "world.seed"),
+    ("world.n_train=3", "world.n_train"),  # below the minimum of 16
+    ("train.models.good.steps=[1, 2]", "train.models.good.steps"),
+    ("dedup.policy=drop_everything", "dedup.policy"),
+    ("evaluate.layers=first", "evaluate.layers"),
+])
+def test_wrong_type_or_value_raises(item, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [item])
+    assert key in str(e.value)
+
+
+def test_malformed_overrides_and_cross_field_checks():
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_config(None, ["world.seed"])
+    with pytest.raises(ConfigError, match="empty key segment"):
+        load_config(None, ["world..seed=1"])
+    with pytest.raises(ConfigError, match="'world.seed' is not a section"):
+        load_config(None, ["world.seed.x=1"])
+    with pytest.raises(ConfigError, match="not in train.models"):
+        load_config(None, ["evaluate.text_models=[good, nope]"])
+    with pytest.raises(ConfigError, match="not an image_jepa"):
+        load_config(None, ["evaluate.image_model=good"])
+    with pytest.raises(ConfigError, match="not divisible by heads"):
+        load_config(None, ["train.models.good.width=65"])
+    with pytest.raises(ConfigError, match="no such recipe file"):
+        load_config("/nonexistent/recipe.yaml")
+
+
+def test_recipe_file_round_trip(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text(
+        "train:\n  models:\n    image: {kind: image_jepa, views: renders}\n"
+        "    good: {kind: text_jepa}\n    ntp: {kind: causal_lm, views: text}\n"
+        "    bad: {kind: text_jepa, views: bad}\nworld: {n_train: 64}\n"
+    )
+    cfg = load_config(p, ["world.n_eval=32"])
+    assert cfg.world.n_train == 64 and cfg.world.n_eval == 32
+    p.write_text("world: {n_train: 64, typo: 1}\n")
+    with pytest.raises(ConfigError, match=str(p)):  # the message says which file
+        load_config(p)
+
+
+# ---- hashing ---------------------------------------------------------------------------------
+
+
+def test_stable_hash(demo):
+    h = stable_hash(demo)
+    assert len(h) == 16 and int(h, 16) >= 0
+    assert stable_hash(load_config(None)) == h  # same recipe, fresh objects
+    assert stable_hash({"a": 1, "b": [1, 2]}) == stable_hash({"b": [1, 2], "a": 1})  # key order
+    assert stable_hash(load_config(None, ["world.seed=1"])) != h
+    assert stable_hash(load_config(None, ["train.models.bad.mask_rate=0.31"])) != h
+    assert stable_hash(demo.world) != stable_hash(demo.views)
+    assert len(stable_hash(demo, n=8)) == 8
+
+
+# ---- run plan ----------------------------------------------------------------------------
+
+
+def test_instances_order(demo):
+    ids = [i.id for i in instances(demo)]
+    assert ids == [*ORDER[:5], *(f"train:{m}" for m in MODELS), *(f"embed:{m}" for m in MODELS), "evaluate"]
+
+
+def test_default_plan_runs_everything(demo):
+    modes = plan(demo)
+    assert len(modes) == 5 + 2 * len(MODELS) + 1
+    assert set(modes.values()) == {RUN}
+
+
+def test_only_evaluate(demo):
+    modes = plan(demo, only="evaluate")
+    assert modes["evaluate"] == FORCE
+    # every other instance is a transitive input of evaluate: cached-only, never skipped
+    for k, v in modes.items():
+        if k != "evaluate":
+            assert v == CACHED_ONLY, k
+    assert SKIP not in modes.values()
+
+
+def test_only_one_model(demo):
+    modes = plan(demo, only="train:good")
+    assert modes["train:good"] == FORCE
+    for up in ORDER[:5]:  # views and its transitive inputs
+        assert modes[up] == CACHED_ONLY, up
+    for other in ("train:bad", "train:ntp", "train:image"):
+        assert modes[other] == SKIP
+    for m in MODELS:
+        assert modes[f"embed:{m}"] == SKIP
+    assert modes["evaluate"] == SKIP
+    # the image model only needs the world
+    img = plan(demo, only="train:image")
+    assert img["world"] == CACHED_ONLY and img["train:image"] == FORCE
+    for s in ("ingest", "positives", "dedup", "views"):
+        assert img[s] == SKIP, s
+    # embed of a text model needs its training and the ingested eval captions
+    emb = plan(demo, only="embed:ntp")
+    assert emb["embed:ntp"] == FORCE
+    assert emb["train:ntp"] == CACHED_ONLY and emb["ingest"] == CACHED_ONLY
+    assert emb["train:good"] == SKIP and emb["embed:good"] == SKIP and emb["evaluate"] == SKIP
+
+
+def test_only_a_stage_name_selects_all_its_instances(demo):
+    modes = plan(demo, only="train")
+    assert all(modes[f"train:{m}"] == FORCE for m in MODELS)
+    assert all(modes[f"embed:{m}"] == SKIP for m in MODELS)
+    assert modes["views"] == CACHED_ONLY
+
+
+def test_from_train(demo):
+    modes = plan(demo, from_="train")
+    for s in ORDER[:5]:
+        assert modes[s] == RUN, s
+    for m in MODELS:
+        assert modes[f"train:{m}"] == FORCE
+        assert modes[f"embed:{m}"] == FORCE
+    assert modes["evaluate"] == FORCE
+    # from dedup: dedup and everything after it
+    d = plan(demo, from_="dedup")
+    assert [d[s] for s in ORDER[:5]] == [RUN, RUN, RUN, FORCE, FORCE]
+    assert d["evaluate"] == FORCE
+
+
+def test_force_and_selector_errors(demo):
+    modes = plan(demo, force=["dedup"])
+    assert modes["dedup"] == FORCE
+    assert sum(v == FORCE for v in modes.values()) == 1
+    with pytest.raises(ConfigError, match="unknown stage 'trian'"):
+        plan(demo, only="trian")
+    with pytest.raises(ConfigError, match="unknown stage 'train:nope'"):
+        plan(demo, from_="train:nope")
+    with pytest.raises(ConfigError, match="unknown stage"):
+        plan(demo, force=["nope"])
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        plan(demo, only="train", from_="embed")
+
+
+# ---- cache keys ------------------------------------------------------------------------
+
+
+def _key(cfg: PipelineConfig, inst_id: str, digests: dict[str, str] | None = None) -> str:
+    stage, _, model = inst_id.partition(":")
+    inst = StageInstance(stage, model or None)
+    return cache_key(inst, cfg, digests if digests is not None else {i: "d" for i in inst.inputs(cfg)})
+
+
+def test_cache_key_tracks_exactly_the_fields_a_stage_reads(demo):
+    changed_k = load_config(None, ["evaluate.k=5"])
+    assert _key(changed_k, "train:good") == _key(demo, "train:good")
+    assert _key(changed_k, "embed:good") == _key(demo, "embed:good")
+    assert _key(changed_k, "evaluate") != _key(demo, "evaluate")
+
+    seed = load_config(None, ["world.seed=1"])
+    assert _key(seed, "world") != _key(demo, "world")
+    # the world seed is not read by ingest/train: only through the world's digest
+    assert _key(seed, "ingest") == _key(demo, "ingest")
+    assert _key(seed, "train:image") == _key(demo, "train:image")
+
+    steps = load_config(None, ["train.models.bad.steps=7"])
+    assert _key(steps, "train:bad") != _key(demo, "train:bad")
+    assert _key(steps, "train:good") == _key(demo, "train:good")
+
+    train_seed = load_config(None, ["seed=1"])  # top-level: every train instance reads it
+    for m in MODELS:
+        assert _key(train_seed, f"train:{m}") != _key(demo, f"train:{m}")
+    assert _key(train_seed, "views") == _key(demo, "views")
+
+
+def test_cache_key_depends_on_inputs_and_instance(demo):
+    assert _key(demo, "ingest", {"world": "a"}) != _key(demo, "ingest", {"world": "b"})
+    # two models with identical config sections still get different keys
+    same = load_config(None, ["train.models.bad.views=good", "train.models.bad.mask_rate=0.3"])
+    assert same.train.models["bad"] == same.train.models["good"]
+    assert _key(same, "train:bad") != _key(same, "train:good")
+    # stage inputs resolve per model kind
+    assert StageInstance("train", "image").inputs(demo) == ["world"]
+    assert StageInstance("train", "good").inputs(demo) == ["views"]
+    assert StageInstance("embed", "image").inputs(demo) == ["train:image", "world"]
+    assert StageInstance("embed", "ntp").inputs(demo) == ["train:ntp", "ingest"]
+
+
+def test_from_one_model_forces_only_its_downstream(demo):
+    modes = plan(demo, from_="train:good")
+    forced = {k for k, v in modes.items() if v == FORCE}
+    assert forced == {"train:good", "embed:good", "evaluate"}

@@ -1,0 +1,156 @@
+"""End to end: the real Prefect flow on the tiny recipe, MLflow on SQLite, real artifacts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from platonic_core.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def run_flow(out_dir: Path, sets: list[str] = (), **kw) -> dict:
+    from flows.pipeline import pipeline
+
+    cfg = load_config(TINY, [f"out_dir={out_dir}", *sets])
+    return pipeline(cfg.model_dump(mode="json"), **kw)
+
+
+def stage_runs(results: dict) -> dict[str, dict]:
+    """stage instance -> tags of its nested MLflow run under this flow run."""
+    c = MlflowClient(results["tracking_uri"])
+    parent = c.get_run(results["run_id"])
+    kids = c.search_runs([parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{results['run_id']}'")
+    return {r.data.tags["platonic.stage_instance"]: r for r in kids}
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, prefect_harness):
+    out = tmp_path_factory.mktemp("pipe")
+    return out, run_flow(out)
+
+
+def test_full_run_writes_results_and_lineage(first_run):
+    out, res = first_run
+    assert set(res["models"]) == {"good", "ntp", "bad"}
+    for m in res["models"].values():
+        assert 0.0 <= m["ci95"][0] <= m["mutual_knn"] <= m["ci95"][1] <= 1.0
+        assert m["train_run_id"] and m["embed_run_id"]
+    on_disk = json.loads((Path(res["output_dir"]) / "results.json").read_text())
+    assert on_disk["models"] == res["models"]
+    runs = stage_runs(res)
+    expected = {"world", "ingest", "positives", "dedup", "views", "evaluate",
+                *(f"{s}:{m}" for s in ("train", "embed") for m in ("image", "good", "ntp", "bad"))}
+    assert set(runs) == expected
+    assert all(r.data.tags["platonic.cache_hit"] == "false" for r in runs.values())
+    # inputs are logged as MLflow datasets carrying the upstream digest
+    train_good = runs["train:good"]
+    digests = {d.dataset.name: d.dataset.digest for d in train_good.inputs.dataset_inputs}
+    assert digests["views"] == res["stages"]["views"]["digest"][:36]
+    # checkpoints are safetensors, logged to MLflow
+    c = MlflowClient(res["tracking_uri"])
+    assert "outputs/model.safetensors" in [f.path for f in c.list_artifacts(train_good.info.run_id, "outputs")]
+    # lineage walks from the evaluation back to the world
+    from tasks.lineage import trace
+
+    tree = trace(res["run_id"], str(out))
+    assert tree["stage"] == "evaluate"
+
+    def stages(n):
+        yield n["stage"]
+        for u in n.get("upstream", []):
+            yield from stages(u)
+
+    assert {"world", "ingest", "positives", "dedup", "views", "train:good", "embed:good"} <= set(stages(tree))
+
+
+def test_second_run_executes_no_stage_body(first_run, monkeypatch):
+    out, res = first_run
+
+    def boom(*a, **k):
+        raise AssertionError("a stage body ran on a cache hit")
+
+    import tasks.dedup
+    import tasks.embed
+    import tasks.evaluate
+    import tasks.ingest
+    import tasks.positives
+    import tasks.train
+    import tasks.views
+    import tasks.world
+
+    for mod, name in [(tasks.world, "generate_world"), (tasks.ingest, "ingest_world"), (tasks.positives, "generate_positives"),
+                      (tasks.dedup, "run_dedup"), (tasks.views, "build_views"), (tasks.train, "run_train"),
+                      (tasks.embed, "run_embed"), (tasks.evaluate, "run_evaluate")]:
+        monkeypatch.setattr(mod, name, boom)
+    again = run_flow(out)
+    assert again["models"] == res["models"]
+    runs = stage_runs(again)
+    for name, r in runs.items():
+        assert r.data.tags["platonic.cache_hit"] == "true", name
+        assert r.data.tags["platonic.producer_run_id"] == res["stages"][name]["run_id"], name
+
+
+def test_changing_one_field_reexecutes_exactly_its_readers(first_run, monkeypatch):
+    out, res = first_run
+    import tasks.train
+
+    monkeypatch.setattr(tasks.train, "run_train", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    # evaluate.k is read by evaluate only
+    r = run_flow(out, ["evaluate.k=3"])
+    executed = {n for n, run in stage_runs(r).items() if run.data.tags["platonic.cache_hit"] == "false"}
+    assert executed == {"evaluate"}
+    assert r["k"] == 3
+
+
+def test_training_field_reruns_that_model_and_downstream(first_run):
+    out, res = first_run
+    r = run_flow(out, ["train.models.ntp.steps=4"])
+    executed = {n for n, run in stage_runs(r).items() if run.data.tags["platonic.cache_hit"] == "false"}
+    assert executed == {"train:ntp", "embed:ntp", "evaluate"}
+    assert r["models"]["good"] == {**res["models"]["good"]}
+
+
+def test_only_evaluate_uses_cache_and_forces_evaluate(first_run):
+    out, res = first_run
+    r = run_flow(out, only="evaluate")
+    runs = stage_runs(r)
+    assert runs["evaluate"].data.tags["platonic.cache_hit"] == "false"
+    assert all(run.data.tags["platonic.cache_hit"] == "true" for n, run in runs.items() if n != "evaluate")
+    assert r["models"] == res["models"]
+
+
+def test_world_seed_changes_world_and_downstream(first_run):
+    out, res = first_run
+    r = run_flow(out, ["world.seed=7"])
+    assert r["stages"]["world"]["digest"] != res["stages"]["world"]["digest"]
+    executed = {n for n, run in stage_runs(r).items() if run.data.tags["platonic.cache_hit"] == "false"}
+    assert "world" in executed and "evaluate" in executed
+
+
+def test_only_without_cache_is_a_clear_error(tmp_path, prefect_harness):
+    from tasks.stage import UpstreamNotCached
+
+    with pytest.raises(UpstreamNotCached, match="run the pipeline without --only"):
+        run_flow(tmp_path, only="evaluate")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", str(TINY), "--set", "world.sed=1"], "unknown key 'world.sed'"),
+    (["run", str(TINY), "--set", "world.seed=abc"], "'world.seed'"),
+    (["run", str(TINY), "--only", "nope"], "unknown stage 'nope'"),
+    (["run", "missing.yaml"], "no such recipe file"),
+    (["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], "zzz"),
+])
+def test_bad_config_is_one_line_exit_2(args, needle):
+    p = subprocess.run([sys.executable, "-m", "platonic_core.cli", *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], p.stderr
