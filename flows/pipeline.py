@@ -79,7 +79,7 @@ def collect_results(cfg: PipelineConfig, m: dict, parent: str, ctx: RunContext) 
     out = ctx.out_dir / "runs" / parent
     out.mkdir(parents=True, exist_ok=True)
     results = {
-        "run_id": parent, "experiment": cfg.experiment, "recipe": cfg.name, "config_digest": stable_hash(cfg),
+        "run_id": parent, "experiment": cfg.experiment, "experiment_id": ctx.experiment_id, "recipe": cfg.name, "config_digest": stable_hash(cfg),
         "tracking_uri": ctx.tracking_uri, "output_dir": str(out),
         "stages": {k: {"cache_key": v.cache_key, "digest": v.digest, "run_id": v.producer_run_id, "uri": v.uri}
                    for k, v in m.items()},

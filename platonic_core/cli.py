@@ -83,8 +83,8 @@ def print_summary(results: dict) -> None:
     con.print(f"MLflow run id:  {results['run_id']}")
     uri = results["tracking_uri"]
     if uri.startswith("sqlite"):
-        con.print(f"open the UI:    mlflow ui --backend-store-uri {uri} --port 5000   "
-                  f"then http://127.0.0.1:5000/#/experiments/ (experiment '{results['experiment']}')")
+        con.print(f"open the UI:    mlflow ui --backend-store-uri {uri} --port 5000")
+        con.print(f"                then http://127.0.0.1:5000/#/experiments/{results['experiment_id']}/runs/{results['run_id']}")
     else:
         con.print(f"tracking:       {uri}")
     con.print(f"lineage:        platonic lineage {results['run_id']}" + (

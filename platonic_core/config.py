@@ -57,6 +57,9 @@ class WorldConfig(Section):
     alt_object_keep: float = Field(0.6, gt=0, le=1)
     alt_attribute_drop: float = Field(0.35, ge=0, lt=1)
     alt_junk: float = Field(0.5, ge=0, le=1)
+    # contamination, as the paper found WIT captions among DataComp alt-texts: this fraction
+    # of eval captions reappears (case/punctuation/spacing changed) as training alt-texts
+    eval_leak: float = Field(0.04, ge=0, le=1)
 
 
 class IngestConfig(Section):

@@ -24,7 +24,7 @@ from platonic_core.world.captions import (
 )
 from platonic_core.world.scenes import COLOURS, SHAPES, SIZES
 
-CFG = WorldConfig(n_train=64, n_eval=32)
+CFG = WorldConfig(n_train=64, n_eval=32, eval_leak=0.0)  # leak tested on its own below
 # every position wording the grammar can produce on a 3x3 grid -> its cell
 PHRASE_TO_CELL = {position_phrase(c, 3, v): c for c in range(9) for v in range(4)}
 
@@ -47,11 +47,11 @@ def _count_words(text: str, words: list[str]) -> int:
 
 def test_world_is_deterministic_and_seeded(world, tmp_path):
     counts = generate_world(CFG, tmp_path / "again")
-    assert counts == {"scenes": 96, "train_scenes": 64, "eval_scenes": 32, "renders": 192}
+    assert counts == {"scenes": 96, "train_scenes": 64, "eval_scenes": 32, "renders": 192, "eval_captions_leaked": 0}
     assert folder_digest(tmp_path / "again") == folder_digest(world)
     for f in ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"):
         assert (tmp_path / "again" / f).read_bytes() == (world / f).read_bytes(), f
-    generate_world(WorldConfig(n_train=64, n_eval=32, seed=1), tmp_path / "other")
+    generate_world(WorldConfig(n_train=64, n_eval=32, seed=1, eval_leak=0.0), tmp_path / "other")
     assert folder_digest(tmp_path / "other") != folder_digest(world)
     assert not np.array_equal(np.load(tmp_path / "other" / "renders.npy"), np.load(world / "renders.npy"))
     other_alt = pq.read_table(tmp_path / "other" / "alt_texts.parquet")["text"].to_pylist()
@@ -188,3 +188,16 @@ def test_paraphrase_rewords(world):
     outs = {paraphrase(text, cfg, np.random.default_rng(s)) for s in range(20)}
     assert len(outs) > 5  # nuisance: different wordings of the same content
     assert text not in outs
+
+
+def test_eval_leak_plants_web_copies_that_exact_dedup_finds(tmp_path):
+    from platonic_core.dedup import normalize_text
+
+    cfg = WorldConfig(n_train=400, n_eval=100, eval_leak=0.1)
+    counts = generate_world(cfg, tmp_path)
+    assert counts["eval_captions_leaked"] == 10
+    alts = pq.read_table(tmp_path / "alt_texts.parquet")["text"].to_pylist()
+    evals = pq.read_table(tmp_path / "eval_captions.parquet")["text"].to_pylist()
+    assert len(set(alts) & set(evals)) < 10  # the copies are not byte-identical (web variants)...
+    norm_eval = {normalize_text(e) for e in evals}
+    assert sum(normalize_text(a) in norm_eval for a in alts) == 10  # ...but equal after normalisation

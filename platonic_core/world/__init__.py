@@ -38,6 +38,7 @@ __all__ = [
 # independent random streams per scene
 STREAM_SCENE, STREAM_RENDER, STREAM_ALT, STREAM_EVAL_CAPTION = 0, 1, 2, 3
 STREAM_RECAPTION, STREAM_PARAPHRASE = 10, 11
+STREAM_LEAK = 20
 
 
 def scene_rng(seed: int, scene_index: int, stream: int, extra: int = 0) -> np.random.Generator:
@@ -68,6 +69,7 @@ def generate_world(cfg, out: Path, progress=None) -> dict[str, int]:
             alt_rows.append((sid, alt_text(scene, cfg, scene_rng(cfg.seed, i, STREAM_ALT))))
         else:
             eval_rows.append((sid, recaption(scene, cfg, scene_rng(cfg.seed, i, STREAM_EVAL_CAPTION))))
+    leaked = leak_eval_captions(alt_rows, eval_rows, cfg)
     pq.write_table(
         pa.table({
             "scene_id": ids, "split": splits, "objects": objs_json,
@@ -81,7 +83,32 @@ def generate_world(cfg, out: Path, progress=None) -> dict[str, int]:
             pa.table({"scene_id": [r[0] for r in rows], "text": [r[1] for r in rows]}),
             out / f"{name}.parquet",
         )
-    return {"scenes": n, "train_scenes": cfg.n_train, "eval_scenes": cfg.n_eval, "renders": n * cfg.renders_per_scene}
+    return {"scenes": n, "train_scenes": cfg.n_train, "eval_scenes": cfg.n_eval,
+            "renders": n * cfg.renders_per_scene, "eval_captions_leaked": leaked}
+
+
+def _web_variant(text: str, rng: np.random.Generator) -> str:
+    """What a copy on the web looks like: case, final punctuation, spacing changed."""
+    t = text.rstrip(".")
+    if rng.random() < 0.5:
+        t = t.capitalize()
+    if rng.random() < 0.5:
+        t = t.replace(", ", " , ", 1)
+    return t + ("!" if rng.random() < 0.3 else "")
+
+
+def leak_eval_captions(alt_rows: list[tuple[str, str]], eval_rows: list[tuple[str, str]], cfg) -> int:
+    """Overwrite the alt-texts of random training scenes with web copies of a fraction
+    `cfg.eval_leak` of the eval captions (in place); returns how many leaked."""
+    n = int(round(cfg.eval_leak * len(eval_rows)))
+    if n == 0 or not alt_rows:
+        return 0
+    rng = scene_rng(cfg.seed, 0, STREAM_LEAK)
+    src = rng.choice(len(eval_rows), size=min(n, len(eval_rows)), replace=False)
+    dst = rng.choice(len(alt_rows), size=len(src), replace=False)
+    for e, a in zip(src, dst, strict=True):
+        alt_rows[a] = (alt_rows[a][0], _web_variant(eval_rows[e][1], rng))
+    return len(src)
 
 
 def load_scenes(world_dir: Path) -> dict[str, tuple[int, Scene, str]]:
