@@ -39,7 +39,7 @@ class WorldConfig(Section):
     n_eval: int = Field(1024, ge=16)
     # co-occurrence structure: scene themes and a Dirichlet concentration (see world/scenes.py)
     themes: int = Field(6, ge=1)
-    concentration: float = Field(0.5, gt=0)
+    concentration: float = Field(1000.0, gt=0)
     min_objects: int = Field(1, ge=1)
     max_objects: int = Field(3, ge=1)
     n_shapes: int = Field(8, ge=2, le=8)
@@ -50,8 +50,8 @@ class WorldConfig(Section):
     renders_per_scene: int = Field(2, ge=1)
     image_noise: float = Field(0.06, ge=0)
     # caption nuisance: how many synonym / template choices the grammar draws from
-    synonyms: int = Field(3, ge=1, le=4)
-    templates: int = Field(3, ge=1, le=4)
+    synonyms: int = Field(4, ge=1, le=4)
+    templates: int = Field(1, ge=1, le=4)
     shuffle_objects: bool = True
     # alt-texts: web-like, partial
     alt_object_keep: float = Field(0.6, gt=0, le=1)
@@ -82,8 +82,9 @@ class DedupConfig(Section):
 
 
 class ViewsConfig(Section):
-    """Which texts feed the text models. Good views: `n_views` distinct texts of one image
-    drawn from `good_sources`; bad views and next-token read one text from `text_sources`."""
+    """Which texts feed the text models. Good views: the texts of one image of kinds
+    `good_sources` (images with fewer than `n_views` are left out); bad views and
+    next-token read one text of kinds `text_sources`."""
 
     good_sources: list[str] = ["recap"]
     n_views: int = Field(2, ge=2)
@@ -110,9 +111,14 @@ class ModelConfig(Section):
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)
     proj_dim: int = Field(64, ge=2)
+    # transformers attention kernel: "eager" is faster on a CPU at small head sizes,
+    # "sdpa" on a GPU
+    attention: Literal["eager", "sdpa"] = "eager"
     steps: int = Field(300, ge=1)
     batch_size: int = Field(128, ge=4)
-    # LeJEPA
+    # LeJEPA: views per sample (good: distinct texts of one image; bad: masked copies;
+    # image: renders of one scene)
+    n_views: int = Field(2, ge=2)
     lam: float = Field(0.05, ge=0, le=1)
     loss_form: Literal["minimal", "stable_pretraining"] = "minimal"
     slices: int = Field(256, ge=1)

@@ -62,11 +62,14 @@ def make_sampler(cfg, data: TextData | ImageData, seed: int) -> Callable[[], dic
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     n = cfg.batch_size
+    v = cfg.n_views
+    population = len(data.renders) if isinstance(data, ImageData) else len(data.input_ids)
+    if cfg.views != "good" and population < n:
+        raise ValueError(f"{population} training samples for views {cfg.views!r}, fewer than batch_size {n}")
     if cfg.views == "good":
-        groups = [g for g in data.groups if len(g) >= 2]
+        groups = [g for g in data.groups if len(g) >= v]
         if len(groups) < n:
-            raise ValueError(f"only {len(groups)} images have >= 2 texts; batch size is {n}")
-        v = 2
+            raise ValueError(f"only {len(groups)} images have >= {v} texts; batch size is {n}")
 
         def good() -> dict:
             pick = rng.choice(len(groups), size=n, replace=False)
@@ -80,8 +83,8 @@ def make_sampler(cfg, data: TextData | ImageData, seed: int) -> Callable[[], dic
         def bad() -> dict:
             rows = rng.choice(len(data.input_ids), size=n, replace=False)
             ids, mask = _trim(data.input_ids[rows], data.attention_mask[rows])  # (N, T)
-            views = torch.stack([mask_tokens(ids, cfg.mask_rate, cfg.mask_span, gen) for _ in range(2)])
-            return {"input_ids": views, "attention_mask": mask.expand(2, -1, -1)}  # (V, N, T)
+            views = torch.stack([mask_tokens(ids, cfg.mask_rate, cfg.mask_span, gen) for _ in range(v)])
+            return {"input_ids": views, "attention_mask": mask.expand(v, -1, -1)}  # (V, N, T)
 
         return bad
     if cfg.views == "text":
@@ -97,8 +100,8 @@ def make_sampler(cfg, data: TextData | ImageData, seed: int) -> Callable[[], dic
 
         def renders() -> dict:
             rows = rng.choice(len(data.renders), size=n, replace=False)
-            which = np.stack([rng.choice(r, size=2, replace=r < 2) for _ in rows], 1)  # (2, N)
-            imgs = torch.from_numpy(np.stack([data.renders[rows, which[k]] for k in range(2)]))
+            which = np.stack([rng.choice(r, size=v, replace=r < v) for _ in rows], 1)  # (V, N)
+            imgs = torch.from_numpy(np.stack([data.renders[rows, which[k]] for k in range(v)]))
             return {"images": imgs}  # (V, N, H, W, 3) uint8
 
         return renders

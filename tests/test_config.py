@@ -38,7 +38,7 @@ def demo() -> PipelineConfig:
 def test_demo_recipe_loads(demo):
     assert demo.name == "demo"
     assert demo.world.n_train == 12000 and demo.world.n_eval == 1024
-    assert demo.world.templates == 2  # set in the recipe (default is 3)
+    assert demo.world.templates == 1 and demo.world.synonyms == 4
     assert set(demo.train.models) == set(MODELS)
     assert demo.train.models["good"].kind == "text_jepa" and demo.train.models["good"].views == "good"
     assert demo.train.models["image"].kind == "image_jepa"

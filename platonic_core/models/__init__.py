@@ -24,9 +24,9 @@ __all__ = ["build_model", "save_checkpoint", "load_checkpoint", "TextEncoder", "
 
 def build_model(cfg, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32) -> torch.nn.Module:
     if cfg.kind == "text_jepa":
-        return TextEncoder(vocab_size, cfg.width, cfg.layers, cfg.heads, cfg.proj_dim, max_len)
+        return TextEncoder(vocab_size, cfg.width, cfg.layers, cfg.heads, cfg.proj_dim, max_len, cfg.attention)
     if cfg.kind == "causal_lm":
-        return CausalLM(vocab_size, cfg.width, cfg.layers, cfg.heads, max_len)
+        return CausalLM(vocab_size, cfg.width, cfg.layers, cfg.heads, max_len, cfg.attention)
     if cfg.kind == "image_jepa":
         return ImageEncoder(cfg.width, cfg.proj_dim, image_size)
     raise ValueError(f"unknown model kind {cfg.kind!r}")

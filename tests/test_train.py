@@ -1,0 +1,93 @@
+"""The training loop, samplers, masking, schedule and checkpoints on tiny data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from platonic_core.config import ModelConfig, OptimConfig
+from platonic_core.features import text_layer_features
+from platonic_core.models import build_model, load_checkpoint, save_checkpoint
+from platonic_core.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, encode, train_tokenizer
+from platonic_core.train import ImageData, TextData, lr_at, make_sampler, mask_tokens, train_model
+
+TEXTS = [f"a {s} {c} {sh} in the {p}." for s in ("small", "big") for c in ("red", "blue", "green")
+         for sh in ("circle", "square") for p in ("top", "bottom left", "middle")]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(TEXTS, 100)
+
+
+def test_mask_tokens_spares_specials_and_hits_the_rate(tok):
+    ids, _ = encode(tok, TEXTS * 20, 32)
+    g = torch.Generator().manual_seed(0)
+    out = mask_tokens(ids, 0.3, 1, g)
+    special = (ids == PAD_ID) | (ids == CLS_ID) | (ids == SEP_ID)
+    assert torch.equal(out[special], ids[special])  # specials and padding never masked
+    rate = (out == MASK_ID)[~special].float().mean().item()
+    assert 0.25 < rate < 0.35, rate
+    spans = mask_tokens(ids, 0.3, 3, torch.Generator().manual_seed(0))
+    # with span 3, masked tokens come in runs: most masked tokens have a masked neighbour
+    m = spans == MASK_ID
+    neighbour = torch.zeros_like(m)
+    neighbour[:, 1:] |= m[:, :-1]
+    neighbour[:, :-1] |= m[:, 1:]
+    assert (neighbour[m].float().mean() > 0.8)
+
+
+def test_good_view_sampler_draws_distinct_texts_of_one_image(tok):
+    ids, mask = encode(tok, TEXTS, 32)
+    groups = [np.arange(i, i + 3) for i in range(0, 36, 3)]
+    cfg = ModelConfig(kind="text_jepa", views="good", batch_size=8, n_views=3, width=16, heads=2)
+    batch = make_sampler(cfg, TextData(ids, mask, groups), seed=0)()
+    v, n, _ = batch["input_ids"].shape
+    assert (v, n) == (3, 8)
+    rows = {tuple(r.tolist()): i for i, r in enumerate(ids[:, : batch["input_ids"].shape[2]])}
+    for j in range(n):
+        found = [rows[tuple(batch["input_ids"][k, j].tolist())] for k in range(v)]
+        assert len(set(found)) == 3 and len({f // 3 for f in found}) == 1  # same image, distinct texts
+
+
+def test_sampler_errors_are_clear(tok):
+    ids, mask = encode(tok, TEXTS[:4], 32)
+    cfg = ModelConfig(kind="causal_lm", views="text", batch_size=8, width=16, heads=2)
+    with pytest.raises(ValueError, match="fewer than batch_size 8"):
+        make_sampler(cfg, TextData(ids, mask), seed=0)
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    o = OptimConfig(lr=1e-3, warmup_frac=0.1, final_lr_frac=0.01)
+    lrs = [lr_at(s, 100, o) for s in range(100)]
+    assert lrs[0] < lrs[5] < lrs[9] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
+    assert lrs[-1] == pytest.approx(1e-5, rel=0.05)
+
+
+@pytest.mark.parametrize("kind,views", [("causal_lm", "text"), ("text_jepa", "good"), ("text_jepa", "bad")])
+def test_training_lowers_the_loss_and_checkpoints_round_trip(tok, tmp_path, kind, views):
+    torch.manual_seed(0)
+    ids, mask = encode(tok, TEXTS, 32)
+    groups = [np.arange(i, i + 2) for i in range(0, 36, 2)]
+    cfg = ModelConfig(kind=kind, views=views, width=32, layers=1, heads=2, proj_dim=8, steps=60, batch_size=16,
+                      slices=32, optim=OptimConfig(lr=3e-3))
+    model = build_model(cfg, vocab_size=tok.get_vocab_size(), max_len=32)
+    seen = []
+    train_model(cfg, model, make_sampler(cfg, TextData(ids, mask, groups), 0), seed=0,
+                on_log=lambda step, m: seen.append(m["loss"]), log_every=1, show_progress=False)
+    assert np.mean(seen[-10:]) < np.mean(seen[:5]), seen
+    save_checkpoint(model, {"vocab_size": tok.get_vocab_size(), "max_len": 32}, tmp_path)
+    again = load_checkpoint(tmp_path, cfg)
+    a = text_layer_features(model.eval(), tok, TEXTS, 32)
+    b = text_layer_features(again, tok, TEXTS, 32)
+    assert len(a) == 2 and all(np.allclose(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_image_jepa_trains_on_renders():
+    renders = np.random.default_rng(0).integers(0, 255, (40, 2, 16, 16, 3), dtype=np.uint8)
+    cfg = ModelConfig(kind="image_jepa", views="renders", width=16, proj_dim=8, steps=5, batch_size=8, slices=16)
+    model = build_model(cfg, image_size=16)
+    summary = train_model(cfg, model, make_sampler(cfg, ImageData(renders), 0), seed=0, show_progress=False)
+    assert summary["samples"] == 40 and np.isfinite(summary["final_loss"])
