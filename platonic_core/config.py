@@ -259,7 +259,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{origin}: not valid YAML ({e})") from None
+        raise ConfigError(f"{origin}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
     raw = apply_overrides(raw, overrides or [])

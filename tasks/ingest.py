@@ -14,7 +14,7 @@ def ingest(cfg, world_m, mode, ctx):
     """World output -> normalised Parquet + DuckDB catalog; bad rows quarantined."""
 
     def compute(out, run_id):
-        counts = ingest_world(world_m.path, cfg.ingest, out)
+        counts = ingest_world(world_m.path, cfg.ingest, out, source=f"world:{world_m.digest[:16]}")
         return counts, {"corpus_stats": ingest_stats(out)}
 
     return execute(StageInstance("ingest"), cfg, {"world": world_m}, mode, ctx, compute,

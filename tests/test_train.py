@@ -91,3 +91,23 @@ def test_image_jepa_trains_on_renders():
     model = build_model(cfg, image_size=16)
     summary = train_model(cfg, model, make_sampler(cfg, ImageData(renders), 0), seed=0, show_progress=False)
     assert summary["samples"] == 40 and np.isfinite(summary["final_loss"])
+
+
+def test_tokenizer_is_identical_across_processes(tmp_path):
+    """Same texts -> same tokenizer bytes, whatever the process's hash seed (content addressing)."""
+    import subprocess
+    import sys
+
+    code = ("from platonic_core.tokenizer import train_tokenizer; import sys; "
+            f"texts = {TEXTS!r}; sys.stdout.write(train_tokenizer(texts, 30).to_str())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in (1, 2, 3)}
+    assert len(outs) == 1
+
+
+def test_tokenizer_keeps_the_most_frequent_words_ties_alphabetical():
+    tok = train_tokenizer(["b a c", "a b", "a"], vocab_size=5 + 2)
+    vocab = tok.get_vocab()
+    assert vocab["a"] == 5 and vocab["b"] == 6 and "c" not in vocab
+    assert tok.encode("a c").ids == [CLS_ID, 5, 1, SEP_ID]  # unknown word -> [UNK] (id 1)

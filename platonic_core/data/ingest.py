@@ -32,12 +32,15 @@ def check_text(text, max_chars: int) -> str | None:
     return None
 
 
-def ingest_world(world_dir: Path, cfg, out: Path) -> dict[str, int]:
-    """World alt-texts (train) and eval captions -> corpus/eval Parquet, image index."""
+def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict[str, int]:
+    """World alt-texts (train) and eval captions -> corpus/eval Parquet, image index.
+
+    `source` names the input in provenance columns (e.g. "world:<digest>"): a logical name,
+    not a filesystem path, so the output bytes do not depend on where the store lives."""
     rows, eval_rows, quarantine = [], [], []
     seen: set[str] = set()
     for fname, kind, sink in (("alt_texts.parquet", "alt", rows), ("eval_captions.parquet", "eval", eval_rows)):
-        uri = f"{world_dir / fname}"
+        uri = f"{source}/{fname}"
         t = pq.read_table(world_dir / fname).to_pydict()
         for r, (sid, text) in enumerate(zip(t["scene_id"], t["text"], strict=True)):
             reason = "missing_field" if not sid else check_text(text, cfg.max_text_chars)
@@ -54,7 +57,7 @@ def ingest_world(world_dir: Path, cfg, out: Path) -> dict[str, int]:
         raise ValueError(f"ingest: every eval caption in {world_dir / 'eval_captions.parquet'} was quarantined "
                          f"(see quarantine.parquet; ingest.max_text_chars={cfg.max_text_chars})")
     scenes = pq.read_table(world_dir / "scenes.parquet", columns=["scene_id", "split", "render_row"])
-    renders_uri = str(world_dir / "renders.npy")
+    renders_uri = f"{source}/renders.npy"
     images = pa.table({
         "image_id": scenes["scene_id"], "split": scenes["split"], "render_row": scenes["render_row"],
         "uri": pa.array([f"{renders_uri}#{r}" for r in scenes["render_row"].to_pylist()]),
