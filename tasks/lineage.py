@@ -64,15 +64,20 @@ def trace(run_id: str, out_dir: str) -> dict:
 
 def print_lineage(tree: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.tree import Tree
 
     def label(n: dict) -> str:
         if n.get("see_above"):
             return f"[bold]{n['stage']}[/] run {n['run_id']} (see above)"
         hit = f" cache hit of run {n['produced_by']}" if n.get("produced_by") else ""
-        cfg = ", ".join(f"{k}={v}" for k, v in n["config"].items())
-        if len(cfg) > 300:
-            cfg = cfg[:300] + " …"
+        groups: dict[str, list[str]] = {}  # config section -> "field=value" (relative)
+        for k, v in n["config"].items():
+            parts = k.split(".")
+            depth = 3 if k.startswith("train.models.") else 1
+            root = ".".join(parts[:depth]) if len(parts) > depth else ""
+            groups.setdefault(root, []).append(f"{k.removeprefix(root + '.') if root else k}={v}")
+        cfg = escape("; ".join(f"{r}: {', '.join(f)}" if r else ", ".join(f) for r, f in groups.items()))
         return (f"[bold]{n['stage']}[/]  run {n['run_id']}{hit}\n"
                 f"  cache key {n['cache_key']}  digest {(n['digest'] or '')[:16]}\n  config: {cfg}")
 
