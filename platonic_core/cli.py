@@ -103,6 +103,8 @@ def demo(
         _run(cfg, None, None, [], as_json)
     except ConfigError as e:
         fail(str(e))
+    except Exception as e:  # a stage failed: Prefect logged the traceback above
+        fail(f"the run failed: {type(e).__name__}: {e}", 1)
 
 
 @app.command()
@@ -124,6 +126,8 @@ def run(
         fail(str(e))
     except UpstreamNotCached as e:
         fail(str(e), 1)
+    except Exception as e:  # a stage failed: Prefect logged the traceback above
+        fail(f"the run failed: {type(e).__name__}: {e}", 1)
 
 
 @app.command()

@@ -189,6 +189,8 @@ class PipelineConfig(Section):
             raise ValueError(f"evaluate.image_model {ev.image_model!r} is not an image_jepa")
         if self.world.max_objects < self.world.min_objects:
             raise ValueError("world.max_objects < world.min_objects")
+        if ev.k >= self.world.n_eval:
+            raise ValueError(f"evaluate.k = {ev.k} needs more than k eval scenes (world.n_eval = {self.world.n_eval})")
         if self.world.max_objects > self.world.grid**2:
             raise ValueError(f"world.max_objects > {self.world.grid**2} grid cells")
         return self
