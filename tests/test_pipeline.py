@@ -54,8 +54,12 @@ def test_full_run_writes_results_and_lineage(first_run):
     train_good = runs["train:good"]
     digests = {d.dataset.name: d.dataset.digest for d in train_good.inputs.dataset_inputs}
     assert digests["views"] == res["stages"]["views"]["digest"][:36]
-    # checkpoints are safetensors, logged to MLflow
+    # ...and searchable: which runs read this views artifact?
     c = MlflowClient(res["tracking_uri"])
+    readers = c.search_runs([train_good.info.experiment_id],
+                            filter_string=f"datasets.digest = '{digests['views']}'")
+    assert {r.data.tags["platonic.stage_instance"] for r in readers} == {"train:good", "train:ntp", "train:bad"}
+    # checkpoints are safetensors, logged to MLflow
     assert "outputs/model.safetensors" in [f.path for f in c.list_artifacts(train_good.info.run_id, "outputs")]
     # lineage walks from the evaluation back to the world
     from tasks.lineage import trace
