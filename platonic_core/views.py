@@ -4,7 +4,7 @@
   distinct ones per step): different texts observing one scene;
 - texts: one text per row of kinds `text_sources`, which the bad-view JEPA corrupts into
   two masked copies and the causal LM reads for next-token prediction;
-- one WordPiece tokenizer trained on all of them, shared by every text model.
+- one word-level tokenizer built from all of them, shared by every text model.
 """
 
 from __future__ import annotations
