@@ -175,30 +175,35 @@ def lineage(
 
 @app.command()
 def align(
-    a: Path = typer.Argument(..., help="features: .npz (layer_i), .npy or .pt; (N, D) or (L, N, D)"),
+    a: Path = typer.Argument(..., help="features: .npz (layer_i), .npy, .pt or .parquet; (N, D) or (L, N, D)"),
     b: Path = typer.Argument(...),
-    metric: str = typer.Option("mutual_knn", "--metric"),
+    metric: str = typer.Option("mutual_knn", "--metric", help="mutual_knn, cycle_knn, cka, cka_rbf, unbiased_cka, cknna"),
     k: int = typer.Option(10, "--k"),
     no_clamp: bool = typer.Option(False, "--no-clamp", help="skip the 0.95-quantile outlier clamp"),
     layers: str = typer.Option("best", "--layers", help="best (all layer pairs) or last"),
+    backend: str = typer.Option("dense", "--backend", help="kNN search: dense (torch) or faiss (exact, large N)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Score two feature files with PRH mutual kNN (best over layer pairs)."""
+    """Score two feature files as platonic-rep does (best over layer pairs)."""
     from .features import load_features
-    from .metrics import alignment
+    from .metrics import METRICS, alignment
 
-    if metric != "mutual_knn":
-        fail(f"unknown metric {metric!r} (available: mutual_knn)")
+    if metric not in METRICS:
+        fail(f"unknown metric {metric!r} (available: {', '.join(METRICS)})")
     if layers not in ("best", "last"):
         fail(f"--layers must be best or last, not {layers!r}")
+    if backend not in ("dense", "faiss"):
+        fail(f"--backend must be dense or faiss, not {backend!r}")
     try:
-        s = alignment(load_features(a), load_features(b), k=k, clamp_q=1.0 if no_clamp else 0.95, layers=layers)
-    except (ValueError, FileNotFoundError) as e:
+        fa, fb = load_features(a), load_features(b)
+        s = alignment(fa, fb, k=k, clamp_q=1.0 if no_clamp else 0.95, layers=layers, metric=metric, backend=backend)
+    except (ValueError, FileNotFoundError, ImportError) as e:
         fail(str(e))
     if as_json:
-        typer.echo(json.dumps(s.as_dict()))
+        typer.echo(json.dumps({**s.as_dict(), "metric": metric, "k": k, "n": int(fa[0].shape[0])}))
     else:
-        typer.echo(f"mutual {k}-NN = {s.score:.4f}  95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]  best layers ({s.layer_a}, {s.layer_b})")
+        ci = f"  95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]" if s.ci_low is not None else ""
+        typer.echo(f"{metric} = {s.score:.4f}{ci}  best layers ({s.layer_a}, {s.layer_b}) of ({len(fa)}, {len(fb)})")
 
 
 def main() -> None:

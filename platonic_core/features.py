@@ -40,8 +40,29 @@ def save_features(layers: list[np.ndarray], path: Path) -> None:
     np.savez(path, **{f"layer_{i}": a.astype(np.float32) for i, a in enumerate(layers)})
 
 
+def _parquet_layers(path: Path) -> list[np.ndarray]:
+    """A Parquet of features: list-valued columns are layers (one row per sample, in column
+    order); otherwise the numeric columns together are one (N, D) layer."""
+    t = pq.read_table(path)
+    list_cols = [f.name for f in t.schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
+                 or pa.types.is_large_list(f.type)]
+    if list_cols:
+        layers = []
+        for c in list_cols:
+            rows = t[c].to_pylist()
+            if any(r is None for r in rows) or len({len(r) for r in rows}) != 1:
+                raise ValueError(f"{path}: column {c!r} has missing or ragged rows")
+            layers.append(np.asarray(rows, dtype=np.float32))
+        return layers
+    num = [f.name for f in t.schema if pa.types.is_floating(f.type) or pa.types.is_integer(f.type)]
+    if not num:
+        raise ValueError(f"{path}: no list-valued or numeric columns to read features from")
+    return [np.stack([t[c].to_numpy(zero_copy_only=False) for c in num], 1).astype(np.float32)]
+
+
 def load_features(path: Path) -> list[np.ndarray]:
-    """Read features from .npz (layer_i), .npy ((N, D) or (L, N, D)) or .pt (weights_only)."""
+    """Read features from .npz (layer_i), .npy ((N, D) or (L, N, D)), .pt (weights_only) or
+    .parquet (see `_parquet_layers`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such feature file")
@@ -49,13 +70,15 @@ def load_features(path: Path) -> list[np.ndarray]:
         z = np.load(path, allow_pickle=False)
         keys = sorted(z.files, key=lambda k: int(k.split("_")[-1]) if k.split("_")[-1].isdigit() else -1)
         return [z[k] for k in keys]
+    if path.suffix == ".parquet":
+        return _parquet_layers(path)
     if path.suffix == ".npy":
         a = np.load(path, allow_pickle=False)
     elif path.suffix == ".pt":
         a = torch.load(path, map_location="cpu", weights_only=True)
         a = a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
     else:
-        raise ValueError(f"{path}: unsupported feature format {path.suffix!r} (use .npz, .npy or .pt)")
+        raise ValueError(f"{path}: unsupported feature format {path.suffix!r} (use .npz, .npy, .pt or .parquet)")
     if a.ndim == 2:
         return [a]
     if a.ndim == 3:

@@ -5,6 +5,11 @@ itself excluded; per sample |kNN_A ∩ kNN_B| / k; the mean over samples is the 
 Before scoring, features are clamped to ± the q = 0.95 quantile of |features| (exact: the
 int(q·numel)-th sorted value over the whole (L, N, D) stack), as `prepare_features` does.
 With several layers per model every (layer_a, layer_b) pair is scored and the best kept.
+
+Also, as defined there: cycle kNN (is i among the A-neighbours of its B-neighbours), CKA
+with a linear or RBF kernel (biased HSIC), unbiased CKA (Song et al. 2012 HSIC), and CKNNA
+(unbiased HSIC restricted to mutual k-NN pairs). Neighbour search is dense (row chunks of
+the similarity matrix, bounded memory) or faiss exact inner-product search (large N).
 """
 
 from __future__ import annotations
@@ -15,31 +20,141 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+KNN_CHUNK = 4096  # rows of the similarity matrix held at once: memory O(chunk · N)
 
-def knn_indices(feats: torch.Tensor, k: int) -> torch.Tensor:
-    """(N, D) L2-normalised features -> (N, k) neighbour indices, self excluded."""
+
+def knn_indices(feats: torch.Tensor, k: int, backend: str = "dense") -> torch.Tensor:
+    """(N, D) L2-normalised features -> (N, k) neighbour indices by inner product, self excluded."""
     n = feats.size(0)
     if n < k + 1:
         raise ValueError(f"need at least k+1 = {k + 1} samples for {k}-NN, got {n}")
-    sim = feats @ feats.T  # (N, N)
-    sim.fill_diagonal_(float("-inf"))
-    return sim.topk(k, dim=1).indices
+    if backend == "faiss":
+        return _knn_faiss(feats, k)
+    if backend != "dense":
+        raise ValueError(f"unknown kNN backend {backend!r} (dense or faiss)")
+    out = torch.empty(n, k, dtype=torch.long)
+    for s in range(0, n, KNN_CHUNK):
+        sim = feats[s : s + KNN_CHUNK] @ feats.T  # (chunk, N)
+        rows = torch.arange(sim.size(0))
+        sim[rows, rows + s] = float("-inf")  # self excluded
+        out[s : s + KNN_CHUNK] = sim.topk(k, dim=1).indices
+    return out
 
 
-def mutual_knn_per_sample(a: torch.Tensor, b: torch.Tensor, k: int = 10) -> torch.Tensor:
+def _knn_faiss(feats: torch.Tensor, k: int) -> torch.Tensor:
+    """Exact inner-product search (IndexFlatIP) for k+1 neighbours, then self removed."""
+    try:
+        import faiss
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the faiss backend needs faiss-cpu: pip install faiss-cpu") from e
+    x = np.ascontiguousarray(feats.numpy().astype(np.float32))
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    _, idx = index.search(x, k + 1)  # (N, k+1)
+    n = x.shape[0]
+    is_self = idx == np.arange(n)[:, None]
+    # drop self where found, otherwise (ties) the (k+1)-th neighbour
+    keep = ~is_self
+    keep[~is_self.any(1), k] = False
+    return torch.from_numpy(idx[keep].reshape(n, k).astype(np.int64))
+
+
+def mutual_knn_per_sample(a: torch.Tensor, b: torch.Tensor, k: int = 10, backend: str = "dense") -> torch.Tensor:
     """Per-sample overlap |kNN_a(i) ∩ kNN_b(i)| / k for already-normalised a: (N, Da), b: (N, Db)."""
     if a.size(0) != b.size(0):
         raise ValueError(f"feature sets have different sample counts: {a.size(0)} vs {b.size(0)}")
-    n = a.size(0)
-    ka, kb = knn_indices(a, k), knn_indices(b, k)
-    mask_a = torch.zeros(n, n, dtype=torch.bool)
-    mask_a[torch.arange(n).unsqueeze(1), ka] = True
-    hits = mask_a.gather(1, kb)  # (N, k): is b's neighbour also a's?
+    ka, kb = knn_indices(a, k, backend), knn_indices(b, k, backend)
+    return knn_overlap(ka, kb)
+
+
+def knn_overlap(ka: torch.Tensor, kb: torch.Tensor) -> torch.Tensor:
+    """Per row, the fraction of kb's neighbours that are also ka's: (N, k), (N, k) -> (N,)."""
+    k = ka.size(1)
+    hits = (kb.unsqueeze(2) == ka.unsqueeze(1)).any(2)  # (N, k)
     return hits.float().sum(1) / k
 
 
-def mutual_knn(a: torch.Tensor, b: torch.Tensor, k: int = 10) -> float:
-    return mutual_knn_per_sample(F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1), k).mean().item()
+def cycle_knn_per_sample(a: torch.Tensor, b: torch.Tensor, k: int = 10, backend: str = "dense") -> torch.Tensor:
+    """Per sample i: 1 if i is an A-neighbour of one of its B-neighbours (platonic-rep cycle_knn)."""
+    ka, kb = knn_indices(a, k, backend), knn_indices(b, k, backend)
+    cycles = ka[kb]  # (N, k, k)
+    return (cycles == torch.arange(a.size(0)).view(-1, 1, 1)).flatten(1).any(1).float()
+
+
+def _hsic_biased(kk: torch.Tensor, ll: torch.Tensor) -> torch.Tensor:
+    n = kk.size(0)
+    h = torch.eye(n, dtype=kk.dtype) - 1.0 / n
+    return torch.trace(kk @ h @ ll @ h)
+
+
+def _hsic_unbiased(kk: torch.Tensor, ll: torch.Tensor) -> torch.Tensor:
+    """Song et al. (2012), eq. 5."""
+    m = kk.size(0)
+    kt, lt = kk.clone().fill_diagonal_(0), ll.clone().fill_diagonal_(0)
+    value = (kt * lt.T).sum() + kt.sum() * lt.sum() / ((m - 1) * (m - 2)) - 2 * (kt @ lt).sum() / (m - 2)
+    return value / (m * (m - 3))
+
+
+def cka(a: torch.Tensor, b: torch.Tensor, kernel: str = "linear", sigma: float = 1.0, unbiased: bool = False) -> float:
+    """Centered kernel alignment of (N, Da), (N, Db); float64 for stability."""
+    a, b = a.double(), b.double()
+    if kernel == "linear":
+        kk, ll = a @ a.T, b @ b.T
+    elif kernel == "rbf":
+        kk = torch.exp(-torch.cdist(a, a) ** 2 / (2 * sigma**2))
+        ll = torch.exp(-torch.cdist(b, b) ** 2 / (2 * sigma**2))
+    else:
+        raise ValueError(f"unknown CKA kernel {kernel!r} (linear or rbf)")
+    hsic = _hsic_unbiased if unbiased else _hsic_biased
+    return (hsic(kk, ll) / (torch.sqrt(hsic(kk, kk) * hsic(ll, ll)) + 1e-6)).item()
+
+
+def cknna(a: torch.Tensor, b: torch.Tensor, k: int = 10) -> float:
+    """CKNNA (platonic-rep, unbiased): unbiased HSIC of the linear kernels restricted to
+    pairs that are k-NN in both spaces, normalised like CKA."""
+    if k < 2:
+        raise ValueError("CKNNA requires k >= 2")
+    a, b = a.double(), b.double()
+    kk, ll = a @ a.T, b @ b.T
+    n = kk.size(0)
+
+    def mask(g: torch.Tensor) -> torch.Tensor:
+        idx = g.clone().fill_diagonal_(float("-inf")).topk(k, dim=1).indices
+        return torch.zeros(n, n, dtype=g.dtype).scatter_(1, idx, 1.0)
+
+    mk, ml = mask(kk), mask(ll)
+
+    def sim(g1: torch.Tensor, m1: torch.Tensor, g2: torch.Tensor, m2: torch.Tensor) -> torch.Tensor:
+        m = m1 * m2
+        return _hsic_unbiased(m * g1, m * g2)
+
+    return (sim(kk, mk, ll, ml) / (torch.sqrt(sim(kk, mk, kk, mk) * sim(ll, ml, ll, ml)) + 1e-6)).item()
+
+
+METRICS = ("mutual_knn", "cycle_knn", "cka", "cka_rbf", "unbiased_cka", "cknna")
+
+
+def score_pair(a: torch.Tensor, b: torch.Tensor, metric: str, k: int, backend: str = "dense") -> tuple[float, torch.Tensor | None]:
+    """One layer pair -> (score, per-sample scores or None for kernel metrics)."""
+    if metric == "mutual_knn":
+        ps = mutual_knn_per_sample(a, b, k, backend)
+        return ps.mean().item(), ps
+    if metric == "cycle_knn":
+        ps = cycle_knn_per_sample(a, b, k, backend)
+        return ps.mean().item(), ps
+    if metric == "cka":
+        return cka(a, b), None
+    if metric == "cka_rbf":
+        return cka(a, b, kernel="rbf"), None
+    if metric == "unbiased_cka":
+        return cka(a, b, unbiased=True), None
+    if metric == "cknna":
+        return cknna(a, b, k), None
+    raise ValueError(f"unknown metric {metric!r}; available: {', '.join(METRICS)}")
+
+
+def mutual_knn(a: torch.Tensor, b: torch.Tensor, k: int = 10, backend: str = "dense") -> float:
+    return mutual_knn_per_sample(F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1), k, backend).mean().item()
 
 
 @dataclass(frozen=True)
@@ -47,13 +162,14 @@ class AlignmentScore:
     score: float
     layer_a: int
     layer_b: int
-    ci_low: float
-    ci_high: float
+    ci_low: float | None  # None for kernel metrics (no per-sample decomposition)
+    ci_high: float | None
     per_layer: list[list[float]]  # (La, Lb) scores
+    metric: str = "mutual_knn"
 
     def as_dict(self) -> dict:
         return {
-            "mutual_knn": self.score, "ci95": [self.ci_low, self.ci_high],
+            self.metric: self.score, "ci95": [self.ci_low, self.ci_high],
             "layer_a": self.layer_a, "layer_b": self.layer_b,
         }
 
@@ -111,11 +227,17 @@ def alignment(
     layers: str = "best",
     n_boot: int = 1000,
     seed: int = 0,
+    metric: str = "mutual_knn",
+    backend: str = "dense",
 ) -> AlignmentScore:
-    """PRH mutual kNN between two models' features, (N, D) or (L, N, D) each.
+    """PRH alignment between two models' features, (N, D) or (L, N, D) or a list of (N, D_l).
 
     layers="best": every layer pair, best kept (PRH); "last": the last layer of each.
+    The 95% bootstrap interval (over eval samples, neighbourhoods fixed) is given for the
+    per-sample metrics (mutual_knn, cycle_knn).
     """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; available: {', '.join(METRICS)}")
     a, b = as_layers(feats_a), as_layers(feats_b)
     if a[0].size(0) != b[0].size(0):
         raise ValueError(f"sample counts differ: {a[0].size(0)} vs {b[0].size(0)}")
@@ -125,13 +247,12 @@ def alignment(
     la = range(len(a)) if layers == "best" else [len(a) - 1]
     lb = range(len(b)) if layers == "best" else [len(b) - 1]
     grid = [[float("nan")] * len(b) for _ in range(len(a))]
-    best, best_ij, best_ps = -1.0, (0, 0), None
+    best, best_ij, best_ps = -float("inf"), (0, 0), None
     for i in la:
         for j in lb:
-            ps = mutual_knn_per_sample(a[i], b[j], k)
-            s = ps.mean().item()
+            s, ps = score_pair(a[i], b[j], metric, k, backend)
             grid[i][j] = s
             if s > best:
                 best, best_ij, best_ps = s, (i, j), ps
-    lo, hi = bootstrap_ci(best_ps.numpy(), n_boot, seed)
-    return AlignmentScore(best, best_ij[0], best_ij[1], lo, hi, grid)
+    lo, hi = bootstrap_ci(best_ps.numpy(), n_boot, seed) if best_ps is not None else (None, None)
+    return AlignmentScore(best, best_ij[0], best_ij[1], lo, hi, grid, metric)
