@@ -71,12 +71,16 @@ def print_summary(results: dict) -> None:
     if "models" in results:
         t = Table(title=f"mutual {results['k']}-NN with the image encoder '{results['image_model']}' "
                         f"(N={results['n']}, chance {results['chance']:.4f})")
-        for col in ("model", "objective", "mutual kNN", "95% CI", "layers", "train run"):
+        for col in ("model", "objective", "mutual kNN", "95% CI", "layers", "rotation R@1 t→i / i→t", "residual",
+                    "train run"):
             t.add_column(col)
         for name in results["ordering"]:
             s = results["models"][name]
+            r = s.get("procrustes") or {}
             t.add_row(name, f"{s['kind']} ({s['views']})", f"{s['mutual_knn']:.4f}",
-                      f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]", f"{s['layer_a']}, {s['layer_b']}", s["train_run_id"][:12])
+                      f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]", f"{s['layer_a']}, {s['layer_b']}",
+                      f"{r.get('t2i_R@1', float('nan')):.3f} / {r.get('i2t_R@1', float('nan')):.3f}",
+                      f"{r.get('heldout_residual', float('nan')):.3f}", s["train_run_id"][:12])
         con.print(t)
         con.print(f"ordering: {' > '.join(results['ordering'])}")
     con.print(f"results:        {results['output_dir']}/results.json")

@@ -9,13 +9,18 @@ def alignment_table(result: dict) -> str:
     """Markdown table: one row per text model, mutual kNN with a 95% CI and the layer pair."""
     labels = result.get("labels", {})
     lines = [
-        f"| model | mutual {result['k']}-NN with `{result['image_model']}` | 95% CI | layers (text, image) |",
-        "|---|---|---|---|",
+        f"| model | mutual {result['k']}-NN with `{result['image_model']}` | 95% CI | layers (text, image) "
+        "| rotation: t→i R@1 | i→t R@1 | held-out residual |",
+        "|---|---|---|---|---|---|---|",
     ]
     for m, s in sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"]):
         name = f"{m} ({labels[m]})" if m in labels else m
-        lines.append(f"| {name} | {s['mutual_knn']:.4f} | [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}] | {s['layer_a']}, {s['layer_b']} |")
-    lines.append(f"| chance (k/(N-1)) | {result['chance']:.4f} | | |")
+        r = s.get("procrustes", {})
+        rot = (f"{r['t2i_R@1']:.3f} | {r['i2t_R@1']:.3f} | {r['heldout_residual']:.3f}" if r else " | | ")
+        lines.append(f"| {name} | {s['mutual_knn']:.4f} | [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}] "
+                     f"| {s['layer_a']}, {s['layer_b']} | {rot} |")
+    lines.append(f"| chance / unrelated | {result['chance']:.4f} (k/(N−1)) | | | {2 / result['n']:.4f} (2/N) "
+                 f"| {2 / result['n']:.4f} | ≈1.414 (√2) |")
     return "\n".join(lines) + "\n"
 
 

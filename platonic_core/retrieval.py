@@ -9,7 +9,8 @@ Maps:
 - "procrustes": the orthogonal W minimising ||X W − Y||_F (X, Y centred and scaled to unit
   Frobenius norm, padded to a common width): W = U Vᵀ from the SVD of Xᵀ Y. It is the
   "one rotation" of the theorem; the normalised residual ||X W − Y||_F / ||Y||_F says how
-  far the two representations are from being rotations of each other (0 = exactly).
+  far the two representations are from being rotations of each other: 0 = exactly, about
+  √2 ≈ 1.41 for unrelated representations (both sides have unit norm).
 - "lstsq": ridge least squares W = (XᵀX + αI)⁻¹ XᵀY.
 """
 
@@ -104,4 +105,12 @@ def retrieval(
     i2t = recall_at_k(g, t, np.asarray(image_ids), np.asarray(text_image_ids), ks)
     out = {f"t2i_R@{k}": v for k, v in t2i.items()} | {f"i2t_R@{k}": v for k, v in i2t.items()}
     out["train_residual"] = residual(m, train_text, train_image)
+    if len(eval_text) == len(eval_image):  # paired eval rows: how far from a rotation, held out
+        out["heldout_residual"] = residual(m, eval_text, eval_image)
     return out
+
+
+def split_halves(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random half/half split of n rows: (fit rows, held-out rows)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])

@@ -44,8 +44,9 @@ SPECS: dict[str, StageSpec] = {
                   "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders)"),
         StageSpec("embed", 1, ("embed",), ("train:{model}", "{eval_input}"), ("features.npz", "ids.parquet"),
                   "per-layer embeddings of the eval captions (text models) or eval images (image model)"),
-        StageSpec("evaluate", 1, ("evaluate",), ("embed:*",), ("scores.json", "table.md", "alignment.png"),
-                  "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, table and plot"),
+        StageSpec("evaluate", 2, ("evaluate",), ("embed:*",), ("scores.json", "table.md", "alignment.png"),
+                  "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
+                  "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot"),
     ]
 }
 

@@ -54,3 +54,14 @@ def test_retrieval_through_a_fitted_rotation_is_perfect_and_chance_without_one()
     bad = retrieval(x[:400], rng.standard_normal((400, 16)), x[400:], rng.standard_normal((200, 16)),
                     ids[400:], ids[400:])
     assert bad["t2i_R@5"] < 0.15  # chance is 5/200
+
+
+def test_residual_of_unrelated_representations_is_about_sqrt2():
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((4000, 8)), rng.standard_normal((4000, 8))
+    from platonic_core.retrieval import split_halves
+
+    fit, held = split_halves(4000)
+    m = fit_map(x[fit], y[fit])
+    assert residual(m, x[held], y[held]) == pytest.approx(np.sqrt(2), abs=0.03)
+    assert sorted(np.concatenate([fit, held]).tolist()) == list(range(4000))
