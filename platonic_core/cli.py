@@ -135,6 +135,45 @@ def run(
 
 
 @app.command()
+def compare(
+    config: Path = typer.Argument(..., help="comparison recipe, e.g. configs/paper_table.yaml"),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+) -> None:
+    """The paper's table: every text model x vision encoder x eval set (mutual kNN, cached)."""
+    from .config import CompareConfig
+
+    try:
+        cfg = load_config(config, sets, model=CompareConfig)
+    except ConfigError as e:
+        fail(str(e))
+    _embedded_defaults()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from flows.compare import compare_flow
+
+            results = compare_flow(cfg.model_dump(mode="json"))
+    except Exception as e:  # a stage failed: Prefect logged the traceback above
+        fail(f"the run failed: {type(e).__name__}: {e}", 1)
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+    else:
+        typer.echo((Path(results["output_dir"]) / "table.md").read_text())
+        typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+@app.command("stand-ins")
+def stand_ins(out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
+              n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set")) -> None:
+    """Build tiny local models + a PRH-format eval set for `platonic compare configs/compare_tiny.yaml`."""
+    from .standins import build_standins
+
+    for k, v in build_standins(out, n=n).items():
+        typer.echo(f"{k:10s} {v}")
+
+
+@app.command()
 def stages(config: Path | None = typer.Argument(None, help="recipe (default: the demo's)")) -> None:
     """List the stages: what each reads (config), takes (inputs) and writes."""
     from rich.console import Console

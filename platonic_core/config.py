@@ -197,6 +197,48 @@ class PipelineConfig(Section):
 
 
 # --------------------------------------------------------------------------------------
+# the comparison recipe: external models x eval sets (`platonic compare`)
+
+
+class EvalSetConfig(Section):
+    """prh: hub dataset id (revision pinned) or local Parquet; karpathy / coco_captions: a
+    caption JSON plus the image folder."""
+
+    kind: Literal["prh", "karpathy", "coco_captions"]
+    source: str
+    revision: str | None = None
+    split: str | None = None  # default: "train" for prh (its only split), "test" otherwise
+    image_root: str | None = None
+    limit: int | None = Field(None, ge=2)
+
+
+class FeatureModelConfig(Section):
+    """hf: any transformers model (hub id or local folder); checkpoint: a `train` artifact
+    folder of this project (text JEPA, causal LM or image JEPA)."""
+
+    source: Literal["hf", "checkpoint"] = "hf"
+    id: str
+    revision: str | None = None
+    pooling: Literal["mean", "last"] = "mean"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    trust_remote_code: bool = False
+    batch_size: int = Field(32, ge=1)
+
+
+class CompareConfig(Section):
+    name: str = "compare"
+    out_dir: str = ".platonic"
+    experiment: str = "platonic-compare"
+    eval_sets: dict[str, EvalSetConfig]
+    text_models: dict[str, FeatureModelConfig]
+    vision_models: dict[str, FeatureModelConfig]
+    k: int = Field(10, ge=1)
+    clamp_quantile: float = Field(0.95, gt=0, le=1)
+    layers: Literal["best", "last"] = "best"
+    bootstrap: int = Field(1000, ge=0)
+
+
+# --------------------------------------------------------------------------------------
 # loading, overrides, hashing
 
 
@@ -248,8 +290,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
-    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides."""
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, model: type[Section] | None = None):
+    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides.
+    `model` is the recipe type (default: the pipeline)."""
     if path is None:
         text = read_resource("configs", "demo.yaml")
         origin = "configs/demo.yaml"
@@ -266,7 +309,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
     raw = apply_overrides(raw, overrides or [])
     try:
-        return PipelineConfig.model_validate(raw)
+        return (model or PipelineConfig).model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_format_validation_error(e, origin)) from None
 

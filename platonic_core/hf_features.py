@@ -15,6 +15,8 @@ images are prepared by transformers' PIL image processors.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 from tqdm.auto import tqdm
@@ -55,10 +57,12 @@ def hf_text_layer_features(
     if hasattr(model, "text_model") and hasattr(model, "vision_model"):  # a CLIP-like pair
         model = model.text_model
     model = model.to(device).eval()
+    accepted = set(inspect.signature(model.forward).parameters)  # e.g. CLIP text takes no token_type_ids
     chunks: list[list[torch.Tensor]] = []
     for s in tqdm(range(0, len(texts), batch_size), desc=f"embed {model_id}", disable=not show_progress):
         enc = tok(texts[s : s + batch_size], padding=True, truncation=True, max_length=max_length,
                   return_tensors="pt").to(device)
+        enc = {k: v for k, v in enc.items() if k in accepted}
         out = model(**enc, output_hidden_states=True)
         chunks.append([pool_tokens(h.float(), enc["attention_mask"], pooling).cpu() for h in out.hidden_states])
     return [torch.cat([c[i] for c in chunks]).numpy() for i in range(len(chunks[0]))]
@@ -75,7 +79,7 @@ def hf_image_layer_features(
     from transformers import AutoImageProcessor, AutoModel
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    proc = AutoImageProcessor.from_pretrained(model_id, revision=revision, use_fast=False)
+    proc = AutoImageProcessor.from_pretrained(model_id, revision=revision, backend="pil")  # PIL: no torchvision
     model = AutoModel.from_pretrained(model_id, revision=revision, dtype=_dtype(dtype),
                                       trust_remote_code=trust_remote_code)
     if hasattr(model, "vision_model"):  # CLIPModel -> its vision tower

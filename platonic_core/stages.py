@@ -99,7 +99,7 @@ def instances(cfg: PipelineConfig) -> list[StageInstance]:
     return out
 
 
-def cache_key(inst: StageInstance, cfg: PipelineConfig, input_digests: dict[str, str]) -> str:
+def cache_key(inst, cfg, input_digests: dict[str, str]) -> str:
     spec = inst.spec()
     return stable_hash({
         "stage": inst.id, "version": spec.version, "config": inst.config_slice(cfg), "inputs": input_digests,
@@ -162,3 +162,45 @@ def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
             if _matches(s, i) and modes[i.id] != SKIP:
                 modes[i.id] = FORCE
     return modes
+
+
+# ---- the comparison flow (`platonic compare`) -------------------------------------------
+
+COMPARE_SPECS: dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec("evalset", 1, ("eval_sets.{set}",), (), ("captions.parquet", "images.parquet"),
+                  "an eval set materialised: first caption per image + PNG bytes"),
+        StageSpec("features", 1, ("{modality}_models.{model}",), ("evalset:{set}",), ("features.npz",),
+                  "per-layer features of one eval set with one model"),
+        StageSpec("compare", 1, ("k", "clamp_quantile", "layers", "bootstrap"), ("features:*",),
+                  ("scores.json", "table.md"), "mutual kNN of every text x vision model pair per eval set"),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class CompareInstance:
+    """A stage of the comparison flow: `evalset:wit`, `features:qwen@wit`, `compare`."""
+
+    stage: str
+    model: str | None = None
+    set: str | None = None
+    modality: str | None = None  # text | vision
+
+    @property
+    def id(self) -> str:
+        if self.stage == "evalset":
+            return f"evalset:{self.set}"
+        if self.stage == "features":
+            return f"features:{self.model}@{self.set}"
+        return self.stage
+
+    def spec(self) -> StageSpec:
+        return COMPARE_SPECS[self.stage]
+
+    def reads(self) -> list[str]:
+        return [r.format(set=self.set, model=self.model, modality=self.modality) for r in self.spec().reads]
+
+    def config_slice(self, cfg) -> dict:
+        return {r: to_plain(get_path(cfg, r)) for r in self.reads()}

@@ -1,0 +1,127 @@
+"""The paper's comparison table: text models x vision encoders x eval sets.
+
+Three steps, each a cached stage in `flows/compare.py`:
+1. `materialize_evalset`: an eval set -> `captions.parquet` (one caption per image, the
+   first, PRH protocol) + `images.parquet` (PNG bytes), so later steps and their digests do
+   not depend on the hub or on image folders;
+2. `embed_model`: one model's per-layer features of one eval set (`features.npz`), keyed by
+   model id, revision, pooling and the eval set's digest;
+3. `compare_grid`: mutual kNN (PRH: clamp, L2, best layer pair) for every
+   (text model, vision model, eval set), with 95% bootstrap intervals -> scores.json, table.md.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .data.evalsets import load_coco_captions, load_karpathy, load_prh
+from .features import image_layer_features, load_features, save_features, text_layer_features
+from .metrics import alignment
+
+
+def materialize_evalset(cfg, out: Path) -> dict[str, int]:
+    if cfg.kind == "prh":
+        ev = load_prh(cfg.source, cfg.revision, split=cfg.split or "train")
+    elif cfg.kind == "karpathy":
+        ev = load_karpathy(cfg.source, cfg.image_root or ".", cfg.split or "test")
+    else:
+        ev = load_coco_captions(cfg.source, cfg.image_root or ".")
+    n = len(ev.image_ids) if cfg.limit is None else min(cfg.limit, len(ev.image_ids))
+    captions = ev.first_captions()[:n]
+    pngs = []
+    for i in range(n):
+        buf = io.BytesIO()
+        ev.image(i).save(buf, format="PNG")
+        pngs.append(buf.getvalue())
+    pq.write_table(pa.table({"image_id": ev.image_ids[:n], "caption": captions}), out / "captions.parquet")
+    pq.write_table(pa.table({"image_id": ev.image_ids[:n], "png": pa.array(pngs, pa.binary())}), out / "images.parquet")
+    return {"images": n, "captions": n}
+
+
+def _images(evalset_dir: Path) -> list:
+    from PIL import Image
+
+    return [Image.open(io.BytesIO(b)).convert("RGB") for b in pq.read_table(evalset_dir / "images.parquet")["png"].to_pylist()]
+
+
+def _checkpoint(path: Path):
+    """A `train` artifact folder -> (model, its ModelConfig)."""
+    from .artifacts import Manifest
+    from .config import ModelConfig
+    from .models import load_checkpoint
+
+    manifest = Manifest.read(path)
+    section = next(v for k, v in manifest.config.items() if k.startswith("train.models."))
+    cfg = ModelConfig.model_validate(section)
+    return load_checkpoint(path, cfg), cfg
+
+
+def embed_model(cfg, modality: str, evalset_dir: Path, out: Path) -> dict[str, int]:
+    """Per-layer features of one eval set with one model (`modality`: text or vision)."""
+    from .hf_features import hf_image_layer_features, hf_text_layer_features
+    from .tokenizer import load_tokenizer
+
+    if modality == "text":
+        texts = pq.read_table(evalset_dir / "captions.parquet")["caption"].to_pylist()
+        if cfg.source == "hf":
+            layers = hf_text_layer_features(cfg.id, texts, cfg.pooling, cfg.batch_size, cfg.revision, cfg.dtype,
+                                            cfg.trust_remote_code)
+        else:
+            model, mcfg = _checkpoint(Path(cfg.id))
+            if mcfg.kind == "image_jepa":
+                raise ValueError(f"{cfg.id}: an image model cannot embed texts")
+            max_len = json.loads((Path(cfg.id) / "model.json").read_text())["max_len"]
+            layers = text_layer_features(model, load_tokenizer(Path(cfg.id) / "tokenizer.json"), texts, max_len,
+                                         cfg.batch_size)
+    else:
+        images = _images(evalset_dir)
+        if cfg.source == "hf":
+            layers = hf_image_layer_features(cfg.id, images, cfg.batch_size, cfg.revision, cfg.dtype, cfg.trust_remote_code)
+        else:
+            model, mcfg = _checkpoint(Path(cfg.id))
+            if mcfg.kind != "image_jepa":
+                raise ValueError(f"{cfg.id}: a {mcfg.kind} cannot embed images")
+            size = json.loads((Path(cfg.id) / "model.json").read_text())["image_size"]
+            arr = np.stack([np.asarray(im.resize((size, size))) for im in images])
+            layers = image_layer_features(model, arr, cfg.batch_size)
+    save_features(layers, out / "features.npz")
+    return {"samples": int(layers[0].shape[0]), "layers": len(layers)}
+
+
+def compare_grid(features: dict[tuple[str, str], Path], cfg, out: Path) -> dict:
+    """features[(model, eval set)] -> folder with features.npz; scores every text x vision
+    pair per eval set."""
+    scores: dict[str, dict[str, dict[str, dict]]] = {}
+    for ev in cfg.eval_sets:
+        for t in cfg.text_models:
+            for v in cfg.vision_models:
+                s = alignment(load_features(features[(t, ev)] / "features.npz"),
+                              load_features(features[(v, ev)] / "features.npz"),
+                              k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap)
+                scores.setdefault(ev, {}).setdefault(t, {})[v] = s.as_dict()
+    result = {"metric": "mutual_knn", "k": cfg.k, "scores": scores}
+    (out / "scores.json").write_text(json.dumps(result, indent=1))
+    (out / "table.md").write_text(compare_table(result, list(cfg.vision_models)))
+    return result
+
+
+def compare_table(result: dict, vision: list[str]) -> str:
+    """Rows: text models; columns: (eval set, vision model); cells: mutual kNN [CI]."""
+    sets = list(result["scores"])
+    head = "| text model | " + " | ".join(f"{e}: {v}" for e in sets for v in vision) + " |"
+    lines = [head, "|---|" + "---|" * (len(sets) * len(vision))]
+    texts = list(next(iter(result["scores"].values())))
+    for t in texts:
+        cells = []
+        for e in sets:
+            for v in vision:
+                s = result["scores"][e][t][v]
+                cells.append(f"{s['mutual_knn']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

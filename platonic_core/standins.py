@@ -1,0 +1,90 @@
+"""Tiny local stand-ins for the paper's comparison, so `platonic compare` runs offline.
+
+No weights can be downloaded here, so the comparison recipe is exercised on models built
+from configs and saved with `save_pretrained` (the same `from_pretrained` path real models
+take), and on an eval set in the PRH Parquet format made from the synthetic world:
+
+- `text-bert` (BertModel), `lm-gpt2` (GPT2Model): the "HF LLM" rows
+- `clip` (CLIPModel): its text tower is a row, its vision tower a column
+- `dinov2` (Dinov2Model): the DINOv2 column
+- `prh-world/`: N world scenes as {image, text: [caption]} rows, like `minhuh/prh`
+
+Their numbers mean nothing (random weights); the real recipe swaps in hub ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: int = 0) -> dict[str, str]:
+    import datasets
+    import torch
+    from PIL import Image
+    from transformers import (
+        BertConfig,
+        BertModel,
+        BitImageProcessor,
+        CLIPConfig,
+        CLIPImageProcessor,
+        CLIPModel,
+        Dinov2Config,
+        Dinov2Model,
+        GPT2Config,
+        GPT2Model,
+        PreTrainedTokenizerFast,
+    )
+
+    from .config import WorldConfig
+    from .tokenizer import train_tokenizer
+    from .world import generate_world
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    if world_dir is None:
+        world_dir = out / "world"
+        generate_world(WorldConfig(n_train=n, n_eval=n, seed=seed, eval_leak=0.0), world_dir)
+    import pyarrow.parquet as pq
+
+    caps = pq.read_table(world_dir / "eval_captions.parquet").to_pydict()
+    scenes = pq.read_table(world_dir / "scenes.parquet").to_pydict()
+    row = dict(zip(scenes["scene_id"], scenes["render_row"], strict=True))
+    renders = np.load(world_dir / "renders.npy", mmap_mode="r")
+    ids, texts = caps["scene_id"][:n], caps["text"][:n]
+    images = [Image.fromarray(np.asarray(renders[row[i], 0])).resize((64, 64), Image.NEAREST) for i in ids]
+    prh = out / "prh-world"
+    prh.mkdir(exist_ok=True)
+    datasets.Dataset.from_dict(
+        {"image": images, "text": [[t] for t in texts]},
+        features=datasets.Features({"image": datasets.Image(), "text": datasets.Sequence(datasets.Value("string"))}),
+    ).to_parquet(str(prh / "train-00000-of-00001.parquet"))
+
+    tok = train_tokenizer(texts, 300)
+    specials = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+
+    def save_tok(path: Path, **kw) -> None:
+        PreTrainedTokenizerFast(tokenizer_object=tok, **specials, **kw).save_pretrained(path)
+
+    vocab = tok.get_vocab_size()
+    paths = {k: out / k for k in ("text-bert", "lm-gpt2", "clip", "dinov2")}
+    BertModel(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(paths["text-bert"])
+    save_tok(paths["text-bert"])
+    GPT2Model(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=128)).save_pretrained(paths["lm-gpt2"])
+    save_tok(paths["lm-gpt2"])
+    CLIPModel(CLIPConfig(
+        text_config={"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 2, "max_position_embeddings": 128, "pad_token_id": 0,
+                     "bos_token_id": 2, "eos_token_id": 3},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                       "image_size": 32, "patch_size": 8},
+        projection_dim=16,
+    )).save_pretrained(paths["clip"])
+    save_tok(paths["clip"], model_input_names=["input_ids", "attention_mask"])
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(paths["clip"])
+    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             image_size=32, patch_size=8)).save_pretrained(paths["dinov2"])
+    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(paths["dinov2"])
+    return {k: str(v) for k, v in {**paths, "prh": prh}.items()}
