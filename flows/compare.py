@@ -38,7 +38,7 @@ def compare_flow(config: dict) -> dict:
                 for model in models:
                     f = features(cfg, model, modality, name, m, RUN, ctx)
                     feats[f.stage] = f
-        grid = compare(cfg, feats, RUN, ctx)
+        grid = compare(cfg, feats, {m.stage: m for m in sets.values()}, RUN, ctx)
         out = ctx.out_dir / "runs" / parent
         out.mkdir(parents=True, exist_ok=True)
         scores = json.loads((grid.path / "scores.json").read_text())

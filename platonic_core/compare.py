@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from .data.evalsets import load_coco_captions, load_karpathy, load_prh
 from .features import image_layer_features, load_features, save_features, text_layer_features
 from .metrics import alignment
+from .retrieval import retrieval
 
 
 def materialize_evalset(cfg, out: Path) -> dict[str, int]:
@@ -33,15 +34,24 @@ def materialize_evalset(cfg, out: Path) -> dict[str, int]:
     else:
         ev = load_coco_captions(cfg.source, cfg.image_root or ".")
     n = len(ev.image_ids) if cfg.limit is None else min(cfg.limit, len(ev.image_ids))
-    captions = ev.first_captions()[:n]
+    keep = set(ev.image_ids[:n])
+    rows: dict[str, list[str]] = {}
+    for c, i in zip(ev.captions, ev.caption_image, strict=True):
+        if i in keep:
+            rows.setdefault(i, []).append(c)
+    # every caption, grouped by image in image order; caption_index 0 = the one for alignment
+    cap_img = [i for i in ev.image_ids[:n] for _ in rows[i]]
+    cap_idx = [j for i in ev.image_ids[:n] for j in range(len(rows[i]))]
+    caps = [c for i in ev.image_ids[:n] for c in rows[i]]
     pngs = []
     for i in range(n):
         buf = io.BytesIO()
         ev.image(i).save(buf, format="PNG")
         pngs.append(buf.getvalue())
-    pq.write_table(pa.table({"image_id": ev.image_ids[:n], "caption": captions}), out / "captions.parquet")
+    pq.write_table(pa.table({"image_id": cap_img, "caption_index": pa.array(cap_idx, pa.int32()), "caption": caps}),
+                   out / "captions.parquet")
     pq.write_table(pa.table({"image_id": ev.image_ids[:n], "png": pa.array(pngs, pa.binary())}), out / "images.parquet")
-    return {"images": n, "captions": n}
+    return {"images": n, "captions": len(caps)}
 
 
 def _images(evalset_dir: Path) -> list:
@@ -94,18 +104,43 @@ def embed_model(cfg, modality: str, evalset_dir: Path, out: Path) -> dict[str, i
     return {"samples": int(layers[0].shape[0]), "layers": len(layers)}
 
 
-def compare_grid(features: dict[tuple[str, str], Path], cfg, out: Path) -> dict:
-    """features[(model, eval set)] -> folder with features.npz; scores every text x vision
-    pair per eval set."""
+def _caption_rows(evalset_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    t = pq.read_table(evalset_dir / "captions.parquet", columns=["image_id", "caption_index"]).to_pydict()
+    return np.asarray(t["image_id"]), np.asarray(t["caption_index"])
+
+
+def compare_grid(features: dict[tuple[str, str], Path], cfg, out: Path, evalsets: dict[str, Path]) -> dict:
+    """features[(model, eval set)] -> folder with features.npz; mutual kNN of every
+    text x vision pair per eval set (first caption of each image), and retrieval through one
+    fitted map (Flickr protocol) for the `retrieval` entries, at the best mutual-kNN layer pair."""
     scores: dict[str, dict[str, dict[str, dict]]] = {}
     for ev in cfg.eval_sets:
+        _, first = _caption_rows(evalsets[ev])
         for t in cfg.text_models:
+            text = [a[first == 0] for a in load_features(features[(t, ev)] / "features.npz")]
             for v in cfg.vision_models:
-                s = alignment(load_features(features[(t, ev)] / "features.npz"),
-                              load_features(features[(v, ev)] / "features.npz"),
+                s = alignment(text, load_features(features[(v, ev)] / "features.npz"),
                               k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap)
                 scores.setdefault(ev, {}).setdefault(t, {})[v] = s.as_dict()
-    result = {"metric": "mutual_knn", "k": cfg.k, "scores": scores}
+    retrieval_scores = {}
+    for r in cfg.retrieval:
+        fit_owner, _ = _caption_rows(evalsets[r.fit])
+        ev_owner, _ = _caption_rows(evalsets[r.eval])
+        fit_images = pq.read_table(evalsets[r.fit] / "images.parquet", columns=["image_id"])["image_id"].to_pylist()
+        ev_images = np.asarray(pq.read_table(evalsets[r.eval] / "images.parquet", columns=["image_id"])["image_id"].to_pylist())
+        pos = {i: k for k, i in enumerate(fit_images)}
+        for t in cfg.text_models:
+            for v in cfg.vision_models:
+                s = scores[r.eval][t][v]
+                tx_fit = load_features(features[(t, r.fit)] / "features.npz")[s["layer_a"]]
+                im_fit = load_features(features[(v, r.fit)] / "features.npz")[s["layer_b"]]
+                tx_ev = load_features(features[(t, r.eval)] / "features.npz")[s["layer_a"]]
+                im_ev = load_features(features[(v, r.eval)] / "features.npz")[s["layer_b"]]
+                paired = im_fit[[pos[i] for i in fit_owner]]  # every caption with its image
+                for kind in r.maps:
+                    res = retrieval(tx_fit, paired, tx_ev, im_ev, ev_owner, ev_images, kind=kind)
+                    retrieval_scores.setdefault(f"{r.fit}->{r.eval}", {}).setdefault(t, {}).setdefault(v, {})[kind] = res
+    result = {"metric": "mutual_knn", "k": cfg.k, "scores": scores, "retrieval": retrieval_scores}
     (out / "scores.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(compare_table(result, list(cfg.vision_models)))
     return result
@@ -124,4 +159,12 @@ def compare_table(result: dict, vision: list[str]) -> str:
                 s = result["scores"][e][t][v]
                 cells.append(f"{s['mutual_knn']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]")
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    for name, grid in result.get("retrieval", {}).items():
+        lines += ["", f"Retrieval {name} (one map fitted on the first set): R@1 / R@5 text→image, image→text", "",
+                  "| text model | vision | map | t→i R@1 | t→i R@5 | i→t R@1 | i→t R@5 |", "|---|---|---|---|---|---|---|"]
+        for t, vs in grid.items():
+            for v, maps in vs.items():
+                for kind, r in maps.items():
+                    lines.append(f"| {t} | {v} | {kind} | {r['t2i_R@1']:.3f} | {r['t2i_R@5']:.3f} "
+                                 f"| {r['i2t_R@1']:.3f} | {r['i2t_R@5']:.3f} |")
     return "\n".join(lines) + "\n"

@@ -225,6 +225,15 @@ class FeatureModelConfig(Section):
     batch_size: int = Field(32, ge=1)
 
 
+class RetrievalConfig(Section):
+    """Flickr protocol: fit one map text -> image on the pairs of eval set `fit` (every
+    caption with its image), then rank on eval set `eval` (all its captions)."""
+
+    fit: str
+    eval: str
+    maps: list[Literal["procrustes", "lstsq"]] = ["procrustes", "lstsq"]
+
+
 class CompareConfig(Section):
     name: str = "compare"
     out_dir: str = ".platonic"
@@ -236,6 +245,15 @@ class CompareConfig(Section):
     clamp_quantile: float = Field(0.95, gt=0, le=1)
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
+    retrieval: list[RetrievalConfig] = []
+
+    @model_validator(mode="after")
+    def _check_sets(self) -> CompareConfig:
+        for r in self.retrieval:
+            for s in (r.fit, r.eval):
+                if s not in self.eval_sets:
+                    raise ValueError(f"retrieval refers to eval set {s!r}, not in eval_sets {sorted(self.eval_sets)}")
+        return self
 
 
 # --------------------------------------------------------------------------------------
@@ -318,6 +336,10 @@ def to_plain(obj: Any) -> Any:
     """A config (or section, or value) as plain JSON-able data."""
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
     return obj
 
 

@@ -170,11 +170,11 @@ COMPARE_SPECS: dict[str, StageSpec] = {
     s.name: s
     for s in [
         StageSpec("evalset", 1, ("eval_sets.{set}",), (), ("captions.parquet", "images.parquet"),
-                  "an eval set materialised: first caption per image + PNG bytes"),
+                  "an eval set materialised: every caption (grouped by image) + PNG bytes"),
         StageSpec("features", 1, ("{modality}_models.{model}",), ("evalset:{set}",), ("features.npz",),
                   "per-layer features of one eval set with one model"),
-        StageSpec("compare", 1, ("k", "clamp_quantile", "layers", "bootstrap"), ("features:*",),
-                  ("scores.json", "table.md"), "mutual kNN of every text x vision model pair per eval set"),
+        StageSpec("compare", 1, ("k", "clamp_quantile", "layers", "bootstrap", "retrieval"), ("evalset:*", "features:*"),
+                  ("scores.json", "table.md"), "mutual kNN of every text x vision model pair per eval set; retrieval"),
     ]
 }
 

@@ -8,6 +8,8 @@ take), and on an eval set in the PRH Parquet format made from the synthetic worl
 - `clip` (CLIPModel): its text tower is a row, its vision tower a column
 - `dinov2` (Dinov2Model): the DINOv2 column
 - `prh-world/`: N world scenes as {image, text: [caption]} rows, like `minhuh/prh`
+- `karpathy-world/`: 2N world scenes with two captions each in the Karpathy JSON layout
+  (half `train`, half `test`), for the Flickr retrieval protocol
 
 Their numbers mean nothing (random weights); the real recipe swaps in hub ids.
 """
@@ -61,7 +63,23 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
         features=datasets.Features({"image": datasets.Image(), "text": datasets.Sequence(datasets.Value("string"))}),
     ).to_parquet(str(prh / "train-00000-of-00001.parquet"))
 
-    tok = train_tokenizer(texts, 300)
+    # a Karpathy-layout set: two recaptions per scene, train/test halves (Flickr protocol)
+    from .world import load_scenes, recaption, scene_rng
+
+    kp = out / "karpathy-world"
+    (kp / "images").mkdir(parents=True, exist_ok=True)
+    wcfg = WorldConfig(seed=seed)
+    all_scenes = load_scenes(world_dir)
+    entries = []
+    for k, sid in enumerate(sorted(all_scenes)[: 2 * n]):
+        idx, scene, _ = all_scenes[sid]
+        Image.fromarray(np.asarray(renders[row[sid], 0])).resize((64, 64), Image.NEAREST).save(kp / "images" / f"{sid}.png")
+        entries.append({"filename": f"{sid}.png", "filepath": "images", "imgid": k, "split": "train" if k < n else "test",
+                        "sentences": [{"raw": recaption(scene, wcfg, scene_rng(seed, idx, 30, j))} for j in range(2)]})
+    (kp / "dataset_world.json").write_text(__import__("json").dumps({"images": entries}))
+    texts_all = texts + [x["raw"] for e in entries for x in e["sentences"]]
+
+    tok = train_tokenizer(texts_all, 300)
     specials = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
     def save_tok(path: Path, **kw) -> None:
@@ -87,4 +105,4 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
     Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                              image_size=32, patch_size=8)).save_pretrained(paths["dinov2"])
     BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(paths["dinov2"])
-    return {k: str(v) for k, v in {**paths, "prh": prh}.items()}
+    return {k: str(v) for k, v in {**paths, "prh": prh, "karpathy": kp / "dataset_world.json"}.items()}

@@ -28,14 +28,15 @@ def features(cfg, model, modality, set_name, evalset_m, mode, ctx):
 
 
 @task(name="compare", cache_policy=NO_CACHE)
-def compare(cfg, feature_ms, mode, ctx):
-    """Mutual kNN for every text x vision pair per eval set: scores.json, table.md."""
+def compare(cfg, feature_ms, evalset_ms, mode, ctx):
+    """Mutual kNN for every text x vision pair per eval set (and retrieval): scores.json, table.md."""
 
     def compute(out, run_id):
         keyed = {tuple(k.split(":", 1)[1].split("@")): m.path for k, m in feature_ms.items()}
-        result = compare_grid(keyed, cfg, out)
+        result = compare_grid(keyed, cfg, out, {k.split(":", 1)[1]: m.path for k, m in evalset_ms.items()})
         metrics = {f"mutual_knn/{e}/{t}/{v}": s["mutual_knn"] for e, ts in result["scores"].items()
                    for t, vs in ts.items() for v, s in vs.items()}
         return {"cells": len(metrics)}, metrics
 
-    return execute(CompareInstance("compare"), cfg, feature_ms, mode, ctx, compute, log_files=("scores.json", "table.md"))
+    return execute(CompareInstance("compare"), cfg, {**evalset_ms, **feature_ms}, mode, ctx, compute,
+                   log_files=("scores.json", "table.md"))

@@ -19,11 +19,18 @@ def setup(tmp_path_factory, prefect_harness):
     from platonic_core.standins import build_standins
 
     tmp = tmp_path_factory.mktemp("compare")
-    paths = build_standins(tmp / "si", n=40)
+    paths = build_standins(tmp / "si", n=30)
     res = pipeline(load_config(ROOT / "configs" / "tiny.yaml", [f"out_dir={tmp / 'pipe'}"]).model_dump(mode="json"))
     recipe = {
         "name": "t", "out_dir": str(tmp / "out"), "k": 5, "bootstrap": 20,
-        "eval_sets": {"wit_like": {"kind": "prh", "source": paths["prh"]}},
+        "eval_sets": {
+            "wit_like": {"kind": "prh", "source": paths["prh"]},
+            "w_train": {"kind": "karpathy", "source": paths["karpathy"], "image_root": str(Path(paths["karpathy"]).parent),
+                        "split": "train"},
+            "w_test": {"kind": "karpathy", "source": paths["karpathy"], "image_root": str(Path(paths["karpathy"]).parent),
+                       "split": "test"},
+        },
+        "retrieval": [{"fit": "w_train", "eval": "w_test"}],
         "text_models": {
             "ours_good": {"source": "checkpoint", "id": res["stages"]["train:good"]["uri"]},
             "gpt2_mean": {"source": "hf", "id": paths["lm-gpt2"]},
@@ -51,6 +58,10 @@ def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
         for s in row.values():
             assert 0 <= s["ci95"][0] <= s["mutual_knn"] <= s["ci95"][1] <= 1
     assert "| ours_good |" in (Path(res["output_dir"]) / "table.md").read_text()
+    ret = res["retrieval"]["w_train->w_test"]
+    assert set(ret) == set(grid) and set(ret["ours_good"]["ours_image"]) == {"procrustes", "lstsq"}
+    r = ret["ours_good"]["ours_image"]["procrustes"]
+    assert 0 <= r["t2i_R@1"] <= r["t2i_R@5"] <= 1 and 0 <= r["i2t_R@1"] <= r["i2t_R@5"] <= 1
 
     import tasks.compare
 
