@@ -4,7 +4,9 @@
     platonic run CONFIG [--set k=v ...] [--only S | --from S] [--force S ...] [--json]
     platonic stages [CONFIG]                     what each stage reads and writes
     platonic lineage RUN_ID [--json]             evaluation run -> ... -> ingested source
-    platonic align A B [--k 10] [--no-clamp]     mutual kNN between two feature files
+    platonic align A B [--metric M] [--k 10]     alignment between two feature files
+    platonic compare CONFIG [--json]             text models x vision encoders x eval sets
+    platonic stand-ins [DIR]                     tiny local models for configs/compare_tiny.yaml
 
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
 Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
