@@ -126,6 +126,3 @@ class ArtifactStore:
         tmp.rename(final)
         (final / MANIFEST).write_text(manifest.to_json())
         return manifest
-
-    def update(self, manifest: Manifest) -> None:
-        (Path(manifest.uri) / MANIFEST).write_text(manifest.to_json())

@@ -33,6 +33,24 @@ def fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+@contextlib.contextmanager
+def _reported_errors():
+    """Recipe errors -> exit 2; missing cache or a failed stage -> exit 1; one `error:` line
+    each (Prefect has already logged a failed stage's traceback)."""
+    from tasks.stage import UpstreamNotCached
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except ConfigError as e:
+        fail(str(e))
+    except UpstreamNotCached as e:
+        fail(str(e), 1)
+    except Exception as e:
+        fail(f"the run failed: {type(e).__name__}: {e}", 1)
+
+
 def _embedded_defaults() -> None:
     """Prefect's temporary local server and quiet telemetry, unless the user set otherwise."""
     for k, v in {
@@ -104,13 +122,8 @@ def demo(
     out_dir: str | None = typer.Option(None, "--out-dir", help="where artifacts and MLflow live (default .platonic)"),
 ) -> None:
     """Run the whole DAG on the synthetic world (CPU, offline, a few minutes)."""
-    try:
-        cfg = load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])])
-        _run(cfg, None, None, [], as_json)
-    except ConfigError as e:
-        fail(str(e))
-    except Exception as e:  # a stage failed: Prefect logged the traceback above
-        fail(f"the run failed: {type(e).__name__}: {e}", 1)
+    with _reported_errors():
+        _run(load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])]), None, None, [], as_json)
 
 
 @app.command()
@@ -123,17 +136,8 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
 ) -> None:
     """Run a recipe; stages whose cache key is unchanged are not executed."""
-    from tasks.stage import UpstreamNotCached
-
-    try:
-        cfg = load_config(config, sets)
-        _run(cfg, only, from_stage, force, as_json)
-    except ConfigError as e:
-        fail(str(e))
-    except UpstreamNotCached as e:
-        fail(str(e), 1)
-    except Exception as e:  # a stage failed: Prefect logged the traceback above
-        fail(f"the run failed: {type(e).__name__}: {e}", 1)
+    with _reported_errors():
+        _run(load_config(config, sets), only, from_stage, force, as_json)
 
 
 @app.command()
@@ -145,19 +149,14 @@ def compare(
     """The paper's table: every text model x vision encoder x eval set (mutual kNN, cached)."""
     from .config import CompareConfig
 
-    try:
+    with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
-    except ConfigError as e:
-        fail(str(e))
-    _embedded_defaults()
-    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-    try:
+        _embedded_defaults()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from flows.compare import compare_flow
 
             results = compare_flow(cfg.model_dump(mode="json"))
-    except Exception as e:  # a stage failed: Prefect logged the traceback above
-        fail(f"the run failed: {type(e).__name__}: {e}", 1)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
     else:

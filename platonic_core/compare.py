@@ -113,13 +113,20 @@ def compare_grid(features: dict[tuple[str, str], Path], cfg, out: Path, evalsets
     """features[(model, eval set)] -> folder with features.npz; mutual kNN of every
     text x vision pair per eval set (first caption of each image), and retrieval through one
     fitted map (Flickr protocol) for the `retrieval` entries, at the best mutual-kNN layer pair."""
+    loaded: dict[tuple[str, str], list[np.ndarray]] = {}
+
+    def feats(model: str, ev: str) -> list[np.ndarray]:  # each features file read once
+        if (model, ev) not in loaded:
+            loaded[(model, ev)] = load_features(features[(model, ev)] / "features.npz")
+        return loaded[(model, ev)]
+
     scores: dict[str, dict[str, dict[str, dict]]] = {}
     for ev in cfg.eval_sets:
         _, first = _caption_rows(evalsets[ev])
         for t in cfg.text_models:
-            text = [a[first == 0] for a in load_features(features[(t, ev)] / "features.npz")]
+            text = [a[first == 0] for a in feats(t, ev)]
             for v in cfg.vision_models:
-                s = alignment(text, load_features(features[(v, ev)] / "features.npz"),
+                s = alignment(text, feats(v, ev),
                               k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap)
                 scores.setdefault(ev, {}).setdefault(t, {})[v] = s.as_dict()
     retrieval_scores = {}
@@ -132,10 +139,8 @@ def compare_grid(features: dict[tuple[str, str], Path], cfg, out: Path, evalsets
         for t in cfg.text_models:
             for v in cfg.vision_models:
                 s = scores[r.eval][t][v]
-                tx_fit = load_features(features[(t, r.fit)] / "features.npz")[s["layer_a"]]
-                im_fit = load_features(features[(v, r.fit)] / "features.npz")[s["layer_b"]]
-                tx_ev = load_features(features[(t, r.eval)] / "features.npz")[s["layer_a"]]
-                im_ev = load_features(features[(v, r.eval)] / "features.npz")[s["layer_b"]]
+                tx_fit, im_fit = feats(t, r.fit)[s["layer_a"]], feats(v, r.fit)[s["layer_b"]]
+                tx_ev, im_ev = feats(t, r.eval)[s["layer_a"]], feats(v, r.eval)[s["layer_b"]]
                 paired = im_fit[[pos[i] for i in fit_owner]]  # every caption with its image
                 for kind in r.maps:
                     res = retrieval(tx_fit, paired, tx_ev, im_ev, ev_owner, ev_images, kind=kind)

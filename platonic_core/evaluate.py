@@ -37,10 +37,11 @@ def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str]
     image = load_features(embeds[cfg.image_model] / "features.npz")
     scores = {}
     for m in cfg.text_models:
-        s = alignment(load_features(embeds[m] / "features.npz"), image, k=cfg.k, clamp_q=cfg.clamp_quantile,
+        text = load_features(embeds[m] / "features.npz")
+        s = alignment(text, image, k=cfg.k, clamp_q=cfg.clamp_quantile,
                       layers=cfg.layers, n_boot=cfg.bootstrap)
         scores[m] = {**s.as_dict(), "per_layer": s.per_layer,
-                     "procrustes": rotation_fit(load_features(embeds[m] / "features.npz")[s.layer_a], image[s.layer_b])}
+                     "procrustes": rotation_fit(text[s.layer_a], image[s.layer_b])}
     chance = cfg.k / (len(ref) - 1)
     result = {"metric": "mutual_knn", "k": cfg.k, "image_model": cfg.image_model, "n": len(ref),
               "chance": chance, "models": scores, "labels": labels or {}, "views": views or {}}

@@ -40,7 +40,7 @@ SPECS: dict[str, StageSpec] = {
                   "remove training texts equal to an eval caption after normalisation"),
         StageSpec("views", 1, ("views",), ("dedup",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"),
                   "good views (texts of one image), texts for bad views / next-token, the shared tokenizer"),
-        StageSpec("train", 1, ("seed", "train.models.{model}"), ("{train_input}",), ("model.safetensors", "model.json", "history.json"),
+        StageSpec("train", 1, ("seed", "train.models.{model}"), ("{train_input}",), ("model.safetensors", "model.json", "tokenizer.json"),
                   "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders)"),
         StageSpec("embed", 1, ("embed",), ("train:{model}", "{eval_input}"), ("features.npz", "ids.parquet"),
                   "per-layer embeddings of the eval captions (text models) or eval images (image model)"),

@@ -16,6 +16,7 @@ Their numbers mean nothing (random weights); the real recipe swaps in hub ids.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,7 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
         Image.fromarray(np.asarray(renders[row[sid], 0])).resize((64, 64), Image.NEAREST).save(kp / "images" / f"{sid}.png")
         entries.append({"filename": f"{sid}.png", "filepath": "images", "imgid": k, "split": "train" if k < n else "test",
                         "sentences": [{"raw": recaption(scene, wcfg, scene_rng(seed, idx, 30, j))} for j in range(2)]})
-    (kp / "dataset_world.json").write_text(__import__("json").dumps({"images": entries}))
+    (kp / "dataset_world.json").write_text(json.dumps({"images": entries}))
     texts_all = texts + [x["raw"] for e in entries for x in e["sentences"]]
 
     tok = train_tokenizer(texts_all, 300)

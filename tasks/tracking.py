@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,6 @@ def log_params(c: MlflowClient, run_id: str, params: dict[str, str]) -> None:
 
 
 def log_metrics(c: MlflowClient, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
-    import time
-
     ts = int(time.time() * 1000)
     items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if isinstance(v, (int, float))]
     for s in range(0, len(items), 500):

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import json
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -28,8 +26,6 @@ def train(cfg, model, input_m, mode, ctx):
             tracking.log_metrics(c, run_id, {f"train/{k}": v for k, v in metrics.items()}, step=step)
 
         summary = run_train(mcfg, cfg.seed, input_m.path, out, on_log=on_log, desc=inst.id)
-        (out / "history.json").write_text(json.dumps({"kind": mcfg.kind, "views": mcfg.views,
-                                                      "steps": mcfg.steps, "batch_size": mcfg.batch_size}))
         counts = {"steps": summary["steps"], "samples": summary["samples"], "parameters": summary["parameters"]}
         return counts, {k: v for k, v in summary.items() if k not in counts}
 

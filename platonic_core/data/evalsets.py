@@ -42,9 +42,6 @@ class EvalSet:
         """The i-th image as PIL (RGB)."""
         return self._load_image(i).convert("RGB")
 
-    def images(self) -> list:
-        return [self.image(i) for i in range(len(self.image_ids))]
-
     def first_captions(self) -> list[str]:
         """One caption per image (the first), in image order: the PRH alignment protocol."""
         first: dict[str, str] = {}

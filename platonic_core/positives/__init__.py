@@ -11,7 +11,6 @@ transformers) implement the same two methods.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Protocol
@@ -37,10 +36,6 @@ class Generator(Protocol):
 
     def params(self, task: str) -> dict:
         """Provenance: prompt digest, sampling parameters, seed."""
-
-
-def _digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def generate_positives(corpus: Path, gen: Generator, cfg, out: Path, batch: int = 512) -> dict[str, int]:
