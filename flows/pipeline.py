@@ -2,6 +2,7 @@
 
     world -> ingest -> positives -> dedup -> views -> train:{text models}
     world -> train:{image model};  train:* -> embed:* -> evaluate
+    train:{model with snapshots} + embed:{image model} -> curve:{model}
 
 Stages pass manifests (references to artifacts), never data.
 """
@@ -9,15 +10,14 @@ Stages pass manifests (references to artifacts), never data.
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
-import yaml
-from prefect import flow, runtime
+from prefect import flow
 
+from platonic_core.artifacts import Manifest
 from platonic_core.config import PipelineConfig, stable_hash
-from platonic_core.stages import SKIP, evaluated_models, plan
+from platonic_core.stages import SKIP, curve_models, evaluated_models, plan
 from tasks import tracking
+from tasks.curve import curve
 from tasks.dedup import dedup
 from tasks.embed import embed
 from tasks.evaluate import evaluate
@@ -28,50 +28,48 @@ from tasks.train import train
 from tasks.views import views
 from tasks.world import world
 
+from .common import parent_run
+
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: dict, only: str | None = None, from_stage: str | None = None, force: list[str] | None = None) -> dict:
     cfg = PipelineConfig.model_validate(config)
     modes = plan(cfg, only, from_stage, force)
-    out_dir = Path(cfg.out_dir).resolve()
-    c = tracking.client(out_dir)
-    exp = tracking.experiment_id(c, cfg.experiment, out_dir)
-    tags = {"platonic.recipe": cfg.name, "platonic.config_digest": stable_hash(cfg),
-            "platonic.plan": json.dumps(modes), "prefect.flow_run_id": str(runtime.flow_run.id or "")}
-    if commit := tracking.git_commit():
-        tags["mlflow.source.git.commit"] = commit
-    parent = c.create_run(exp, run_name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}", tags=tags).info.run_id
-    ctx = RunContext(out_dir, exp, parent, tracking.tracking_uri(out_dir))
-    try:
-        tracking.log_params(c, parent, tracking.flatten(cfg.model_dump(mode="json")))
-        tracking.log_text(c, parent, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), "config.yaml")
-        m: dict = {}
+    with parent_run(cfg.out_dir, cfg.experiment, cfg.name, cfg.model_dump(mode="json"),
+                    {"platonic.flow": "pipeline", "platonic.plan": json.dumps(modes)}) as ctx:
+        tracking.log_params(ctx.client, ctx.parent_run_id, tracking.flatten(cfg.model_dump(mode="json")))
+        m = run_stages(cfg, modes, ctx)
+        return collect_results(cfg, m, ctx.parent_run_id, ctx)
 
-        def run(inst_id, fn, *args):
-            if modes[inst_id] == SKIP:
-                return None
-            m[inst_id] = fn(cfg, *args, modes[inst_id], ctx)
-            return m[inst_id]
 
-        run("world", world)
-        run("ingest", ingest, m.get("world"))
-        run("positives", positives, m.get("ingest"), m.get("world"))
-        run("dedup", dedup, m.get("positives"), m.get("ingest"))
-        run("views", views, m.get("dedup"))
-        models = evaluated_models(cfg)
-        for name in models:
-            src = "world" if cfg.train.models[name].kind == "image_jepa" else "views"
-            run(f"train:{name}", lambda cfg_, mode, ctx_, n=name, s=src: train(cfg_, n, m.get(s), mode, ctx_))
-        for name in models:
-            src = "world" if cfg.train.models[name].kind == "image_jepa" else "ingest"
-            run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name, s=src: embed(cfg_, n, m.get(f"train:{n}"), m.get(s), mode, ctx_))
-        run("evaluate", lambda cfg_, mode, ctx_: evaluate(cfg_, {f"embed:{n}": m[f"embed:{n}"] for n in models}, mode, ctx_))
-        results = collect_results(cfg, m, parent, ctx)
-        c.set_terminated(parent, "FINISHED")
-        return results
-    except BaseException:
-        c.set_terminated(parent, "FAILED")
-        raise
+def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> dict[str, Manifest]:
+    """Every stage instance of one recipe, in order, under the flow run of `ctx`."""
+    m: dict[str, Manifest] = {}
+
+    def run(inst_id, fn, *args):
+        if modes[inst_id] == SKIP:
+            return None
+        m[inst_id] = fn(cfg, *args, modes[inst_id], ctx)
+        return m[inst_id]
+
+    run("world", world)
+    run("ingest", ingest, m.get("world"))
+    run("positives", positives, m.get("ingest"), m.get("world"))
+    run("dedup", dedup, m.get("positives"), m.get("ingest"))
+    run("views", views, m.get("dedup"))
+    models = evaluated_models(cfg)
+    for name in models:
+        src = "world" if cfg.train.models[name].kind == "image_jepa" else "views"
+        run(f"train:{name}", lambda cfg_, mode, ctx_, n=name, s=src: train(cfg_, n, m.get(s), mode, ctx_))
+    for name in models:
+        src = "world" if cfg.train.models[name].kind == "image_jepa" else "ingest"
+        run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name, s=src: embed(cfg_, n, m.get(f"train:{n}"), m.get(s), mode, ctx_))
+    run("evaluate", lambda cfg_, mode, ctx_: evaluate(cfg_, {f"embed:{n}": m[f"embed:{n}"] for n in models}, mode, ctx_))
+    image = f"embed:{cfg.evaluate.image_model}"
+    for name in curve_models(cfg):
+        run(f"curve:{name}", lambda cfg_, mode, ctx_, n=name: curve(cfg_, n, m.get(f"train:{n}"), m.get("ingest"), m.get(image),
+                                                                   mode, ctx_))
+    return m
 
 
 def collect_results(cfg: PipelineConfig, m: dict, parent: str, ctx: RunContext) -> dict:

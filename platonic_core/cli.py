@@ -6,6 +6,9 @@
     platonic lineage RUN_ID [--json]             evaluation run -> ... -> ingested source
     platonic align A B [--metric M] [--k 10]     alignment between two feature files
     platonic compare CONFIG [--json]             text models x vision encoders x eval sets
+    platonic ablate RECIPE [--quick] [--json]    the Table-7 grid over seeds (configs/table7.yaml)
+    platonic table EXPERIMENT                    the grid of the latest ablation, read from MLflow
+    platonic forecast EXPERIMENT --model M       scaling law: predict a run the fit never saw
     platonic stand-ins [DIR]                     tiny local models for configs/compare_tiny.yaml
 
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
@@ -162,6 +165,104 @@ def compare(
     else:
         typer.echo((Path(results["output_dir"]) / "table.md").read_text())
         typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+@app.command()
+def ablate(
+    recipe: str = typer.Argument(..., help="ablation recipe: a YAML file (configs/table7.yaml) or a packaged name (table7)"),
+    quick: bool = typer.Option(False, "--quick", help="apply the recipe's `quick` overrides (small world, short runs)"),
+    sets: list[str] = typer.Option([], "--set", help="override an ablation field: key=value, e.g. seeds=[0,1,2,3]"),
+    base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe in every cell"),
+    as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
+) -> None:
+    """Run an ablation grid (rows: positives; columns: objectives; seeds) as one flow."""
+    from .ablation import load_ablation
+
+    with _reported_errors():
+        abl, cells = load_ablation(recipe, sets, base_sets, quick)
+        Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        _embedded_defaults()
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from flows.ablate import ablate as ablate_flow
+
+            results = ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+        return
+    typer.echo((Path(results["output_dir"]) / "table.md").read_text())
+    typer.echo(f"outputs:       {results['output_dir']}  (cells.json, summary.json, table.md, curves.png, scaling.png)")
+    typer.echo(f"MLflow run id: {results['run_id']}   (experiment {results['experiment']!r}: platonic table {results['experiment']})")
+
+
+@app.command()
+def table(
+    experiment: str = typer.Argument(..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)"),
+    run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Print the Table-7-like grid of an ablation run (mean ± CI over seeds), rebuilt from the
+    per-cell scores stored in MLflow, and log it to that run as table.md."""
+    _embedded_defaults()
+    from tasks import tracking
+    from tasks.ablation import load_ablation_run
+
+    from .ablation import grid_table
+    from .report import ablation_table
+
+    try:
+        run, cells, summary = load_ablation_run(experiment, out_dir, run_id)
+    except LookupError as e:
+        fail(str(e), 1)
+    summary = {**summary, "table": grid_table(cells)}
+    text = ablation_table(cells, summary)
+    tracking.log_text(tracking.client(out_dir), run, text, "table.md")
+    if as_json:
+        typer.echo(json.dumps({"run_id": run, "table": summary["table"]}, indent=1))
+    else:
+        typer.echo(text)
+        typer.echo(f"from MLflow run {run}")
+
+
+@app.command()
+def forecast(
+    experiment: str = typer.Argument(..., help="MLflow experiment of the ablation (e.g. table7)"),
+    model: str = typer.Option(..., "--model", help="a column of the grid, e.g. good"),
+    row: str | None = typer.Option(None, "--row", help="a row of the grid (default: the scaling row)"),
+    samples: float | None = typer.Option(None, "--samples", help="budget to predict (default: the largest, held out)"),
+    run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Fit the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predict one run
+    at another budget, with an interval (runs at that budget are left out of the fit)."""
+    _embedded_defaults()
+    from tasks.ablation import load_ablation_run
+
+    from .ablation import forecast_from_cells
+
+    try:
+        run, cells, summary = load_ablation_run(experiment, out_dir, run_id)
+    except LookupError as e:
+        fail(str(e), 1)
+    row = row or summary.get("scaling", {}).get("row") or next(iter(cells["rows"]))
+    try:
+        f = forecast_from_cells(cells, model, row, samples)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps({"run_id": run, **f}, indent=1))
+        return
+    law = f["law"]
+    lo, hi = f["interval"]
+    typer.echo(f"law: a(n) = {law['a_inf']:.4f} - {law['b']:.4f}*(n/1000)^-{law['alpha']:.3f}   "
+               f"fitted on {f['fitted_runs']} runs at {', '.join(f'{int(b):,}' for b in f['fitted_budgets'])} samples")
+    typer.echo(f"{model} ({row}) at {int(f['samples']):,} samples: {f['prediction']:.4f}  "
+               f"{int(f['confidence'] * 100)}% interval for one run [{lo:.4f}, {hi:.4f}]  (seed noise {f['seed_noise']:.4f})")
+    if f["actual"]:
+        typer.echo(f"actual runs (not in the fit): {', '.join(f'{a:.4f}' for a in f['actual'])}  mean {f['actual_mean']:.4f}  "
+                   f"error {f['error']:+.4f}  inside the interval: {f['actual_in_interval']}/{len(f['actual'])}")
+    typer.echo(f"from MLflow run {run}")
 
 
 @app.command("stand-ins")

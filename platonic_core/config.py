@@ -125,6 +125,9 @@ class ModelConfig(Section):
     # bad views: masking of one text into two copies
     mask_rate: float = Field(0.3, ge=0, lt=1)
     mask_span: int = Field(1, ge=1)
+    # log-spaced checkpoints kept along the run (the last is the final model), each scored by
+    # the `curve` stage: alignment against samples seen. 0 = none.
+    snapshots: int = Field(0, ge=0)
     optim: OptimConfig = OptimConfig()
 
     @model_validator(mode="after")
@@ -136,6 +139,10 @@ class ModelConfig(Section):
             )
         if self.width % self.heads:
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        if self.snapshots and self.kind == "image_jepa":
+            raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
+        if self.snapshots > self.steps:
+            raise ValueError(f"snapshots = {self.snapshots} > steps = {self.steps}")
         return self
 
 
@@ -257,6 +264,73 @@ class CompareConfig(Section):
 
 
 # --------------------------------------------------------------------------------------
+# the ablation grid (`platonic ablate`): cells are pipeline recipes derived from one base
+
+
+class AblationRow(Section):
+    """Where the positives come from: the text kinds that make good views, and the texts the
+    bad-view JEPA and the causal LM read (the same texts, so columns compare objectives)."""
+
+    label: str = ""
+    good_sources: list[Literal["alt", "recap", "paraphrase"]] = Field(min_length=1)
+    text_sources: list[Literal["alt", "recap", "paraphrase"]] = Field(min_length=1)
+
+
+class EfficiencyConfig(Section):
+    """Alignment-vs-samples curves along one run: how many samples `model` needs to reach
+    `reference`'s final score."""
+
+    model: str = "good"
+    reference: str = "ntp"
+    snapshots: int = Field(8, ge=2)
+
+
+class ScalingConfig(Section):
+    """A saturating law a(n) = a_inf − b·n^(−alpha) fitted on finished runs of `model` (row
+    `row`) at budgets `fit_fractions` of its full budget; the grid's own full-budget runs
+    are held out and predicted."""
+
+    model: str = "good"
+    row: str
+    fit_fractions: list[float] = Field([0.0625, 0.125, 0.25, 0.5], min_length=3)
+
+    @model_validator(mode="after")
+    def _fractions(self) -> ScalingConfig:
+        if any(not 0 < f < 1 for f in self.fit_fractions) or len(set(self.fit_fractions)) != len(self.fit_fractions):
+            raise ValueError(f"scaling.fit_fractions must be distinct and in (0, 1), got {self.fit_fractions}")
+        return self
+
+
+class AblationConfig(Section):
+    name: str = "table7"
+    experiment: str = "table7"
+    base: str = "demo"  # a pipeline recipe: a path, or the name of a packaged one
+    set: list[str] = []  # overrides applied to the base in every cell
+    quick: list[str] = []  # more overrides, applied with --quick
+    seeds: list[int] = Field([0, 1, 2], min_length=2)
+    rows: dict[str, AblationRow] = Field(min_length=1)
+    columns: list[str] = ["good", "bad", "ntp"]  # text models of the base recipe
+    efficiency: EfficiencyConfig | None = EfficiencyConfig()
+    scaling: ScalingConfig | None = None
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> AblationConfig:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat: {self.seeds}")
+        if self.efficiency:
+            for m in (self.efficiency.model, self.efficiency.reference):
+                if m not in self.columns:
+                    raise ValueError(f"efficiency refers to model {m!r}, not in columns {self.columns}")
+        if self.scaling:
+            if self.scaling.model not in self.columns:
+                raise ValueError(f"scaling.model {self.scaling.model!r} is not in columns {self.columns}")
+            if self.scaling.row not in self.rows:
+                raise ValueError(f"scaling.row {self.scaling.row!r} is not in rows {sorted(self.rows)}")
+        return self
+
+
+# --------------------------------------------------------------------------------------
 # loading, overrides, hashing
 
 
@@ -308,28 +382,46 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, model: type[Section] | None = None):
-    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides.
-    `model` is the recipe type (default: the pipeline)."""
-    if path is None:
-        text = read_resource("configs", "demo.yaml")
-        origin = "configs/demo.yaml"
+def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tuple[dict[str, Any], str]:
+    """A recipe's raw mapping and where it came from. `path`: a YAML file (relative paths are
+    tried against the cwd, then `relative_to`), or the name of a packaged recipe ("demo");
+    None is the packaged demo."""
+    name = "demo" if path is None else str(path)
+    candidates = [Path(name)] + ([relative_to / name] if relative_to is not None else [])
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is not None:
+        text, origin = found.read_text(), str(found)
+    elif "/" not in name and not name.endswith((".yaml", ".yml")):
+        try:
+            text, origin = read_resource("configs", f"{name}.yaml"), f"configs/{name}.yaml"
+        except FileNotFoundError:
+            raise ConfigError(f"{name}: no such recipe file, and no packaged recipe of that name") from None
     else:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such recipe file")
-        text, origin = p.read_text(), str(p)
+        raise ConfigError(f"{name}: no such recipe file")
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{origin}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
+    return raw, origin
+
+
+def validate_recipe(raw: dict[str, Any], origin: str, overrides: list[str] | None = None,
+                    model: type[Section] | None = None):
+    """Apply `--set` overrides to a raw recipe and validate it as `model` (default: pipeline)."""
     raw = apply_overrides(raw, overrides or [])
     try:
         return (model or PipelineConfig).model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_format_validation_error(e, origin)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, model: type[Section] | None = None):
+    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides.
+    `model` is the recipe type (default: the pipeline)."""
+    raw, origin = read_recipe(path)
+    return validate_recipe(raw, origin, overrides, model)
 
 
 def to_plain(obj: Any) -> Any:

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from safetensors.torch import load_model
 
-from .features import load_features
+from .features import checkpoint_text_features, eval_captions, load_features
 from .metrics import alignment
+from .models import load_checkpoint
 from .report import alignment_plot, alignment_table
 from .retrieval import retrieval, split_halves
 
@@ -52,3 +54,28 @@ def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str]
 
 
 
+
+
+def run_curve(model_cfg, train_dir: Path, ingest_dir: Path, image_embed_dir: Path, cfg, out: Path,
+              batch_size: int = 256) -> dict:
+    """Alignment along one run: the model's eval-caption features at every saved snapshot
+    (and the final weights) scored against the image features, as in `run_evaluate` but with
+    no bootstrap (the curve's spread comes from seeds). Writes curve.json."""
+    ids, texts = eval_captions(ingest_dir)
+    if ids != pq.read_table(image_embed_dir / "ids.parquet")["image_id"].to_pylist():
+        raise ValueError(f"{ingest_dir} and {image_embed_dir} cover different eval images")
+    image = load_features(image_embed_dir / "features.npz")
+    model = load_checkpoint(train_dir, model_cfg)
+    weights = sorted((train_dir / "snapshots").glob("step_*.safetensors")) if (train_dir / "snapshots").is_dir() else []
+    points = []
+    for steps, path in [*((int(p.stem.split("_")[1]), p) for p in weights), (model_cfg.steps, train_dir / "model.safetensors")]:
+        load_model(model, str(path))
+        s = alignment(checkpoint_text_features(model.eval(), train_dir, texts, batch_size), image, k=cfg.k,
+                      clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=0)
+        points.append({"steps": steps, "samples": steps * model_cfg.batch_size, "mutual_knn": s.score,
+                       "layer_a": s.layer_a, "layer_b": s.layer_b})
+    texts_per_sample = model_cfg.n_views if model_cfg.kind == "text_jepa" and model_cfg.views == "good" else 1
+    curve = {"kind": model_cfg.kind, "views": model_cfg.views, "batch_size": model_cfg.batch_size,
+             "texts_per_sample": texts_per_sample, "n": len(ids), "points": points}
+    (out / "curve.json").write_text(json.dumps(curve, indent=1))
+    return {"points": len(points), "final_mutual_knn": points[-1]["mutual_knn"]}

@@ -86,6 +86,21 @@ def load_features(path: Path) -> list[np.ndarray]:
     raise ValueError(f"{path}: features must be (N, D) or (L, N, D), got shape {a.shape}")
 
 
+def eval_captions(ingest_dir: Path) -> tuple[list[str], list[str]]:
+    """(image ids, captions) of the eval split, ordered by image id: every model's row order."""
+    t = pq.read_table(ingest_dir / "eval.parquet", columns=["image_id", "text"]).to_pydict()
+    pairs = sorted(zip(t["image_id"], t["text"], strict=True))
+    return [i for i, _ in pairs], [x for _, x in pairs]
+
+
+def checkpoint_text_features(model: torch.nn.Module, checkpoint_dir: Path, texts: list[str],
+                             batch_size: int = 256) -> list[np.ndarray]:
+    """Per-layer features of `texts` with a text model of a `train` artifact (its tokenizer)."""
+    tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
+    max_len = json.loads((checkpoint_dir / "model.json").read_text())["max_len"]
+    return text_layer_features(model, tok, texts, max_len, batch_size)
+
+
 def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256) -> dict:
     """Embed the eval split with one trained model. Text models read the eval captions of an
     ingest artifact, the image model the eval renders of a world artifact; rows are ordered
@@ -98,12 +113,8 @@ def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_
         ids = [i for i, _ in pairs]
         layers = image_layer_features(model, renders[[r for _, r in pairs], 0], batch_size)
     else:
-        t = pq.read_table(eval_dir / "eval.parquet", columns=["image_id", "text"]).to_pydict()
-        pairs = sorted(zip(t["image_id"], t["text"], strict=True))
-        ids = [i for i, _ in pairs]
-        tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
-        max_len = json.loads((checkpoint_dir / "model.json").read_text())["max_len"]
-        layers = text_layer_features(model, tok, [x for _, x in pairs], max_len, batch_size)
+        ids, texts = eval_captions(eval_dir)
+        layers = checkpoint_text_features(model, checkpoint_dir, texts, batch_size)
     save_features(layers, out / "features.npz")
     pq.write_table(pa.table({"image_id": ids}), out / "ids.parquet")
     return {"samples": len(ids), "layers": len(layers), "dim": int(layers[-1].shape[1])}

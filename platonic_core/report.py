@@ -46,3 +46,158 @@ def alignment_plot(result: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+# ---- the ablation grid ------------------------------------------------------------------
+
+VIEW_LABELS = {"good": "good views", "bad": "bad views", "text": "next-token"}
+VIEW_COLOURS = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}
+
+
+def _fmt(s: dict, digits: int = 3) -> str:
+    if s["mean"] is None:
+        return "–"
+    lo, hi = s["ci"]
+    ci = f" [{lo:.{digits}f}, {hi:.{digits}f}]" if lo is not None else ""
+    return f"{s['mean']:.{digits}f}{ci}"
+
+
+def ablation_table(cells: dict, summary: dict) -> str:
+    """The Table-7-like grid and what was measured around it, as Markdown."""
+    conf = int(round(cells["confidence"] * 100))
+    n_seeds = len(cells["seeds"])
+    cols = cells["columns"]
+    head = "| positives | " + " | ".join(f"{c} ({VIEW_LABELS.get(cells['column_views'][c], c)})" for c in cols) + " |"
+    rule = "|---|" + "---|" * len(cols)
+    chance = next((r["chance"] for r in cells["records"]), None)
+    n_eval = next((r["n"] for r in cells["records"]), None)
+    lines = [f"## {cells['name']}: where the positives come from × objective",
+             "",
+             f"Mean over {n_seeds} seeds with a {conf}% t interval; N = {n_eval} held-out image/caption pairs.",
+             ""]
+    titles = {"mutual_knn": f"Mutual 10-NN with the image encoder (chance {chance:.4f})" if chance else "Mutual kNN",
+              "t2i_R@1": f"Text→image R@1 through one orthogonal map fitted on half the pairs, held-out half (chance {2 / n_eval:.4f})"
+              if n_eval else "Text→image R@1",
+              "heldout_residual": "Held-out Procrustes residual (0 = one rotation apart; √2 ≈ 1.414 = unrelated)"}
+    for metric, title in titles.items():
+        lines += [f"### {title}", "", head, rule]
+        for row, label in cells["rows"].items():
+            lines.append(f"| {label} | " + " | ".join(_fmt(summary["table"][metric][row][c]) for c in cols) + " |")
+        lines.append("")
+    rots = summary.get("rotations", [])
+    if rots:
+        lines += ["### One rotation between text models trained separately (same objective, different positives)", "",
+                  "| model | rows | sources disjoint | mutual 10-NN | R@1 (held out) | residual (held out) |",
+                  "|---|---|---|---|---|---|"]
+        for r in rots:
+            lines.append(f"| {r['column']} | {cells['rows'][r['rows'][0]]} ↔ {cells['rows'][r['rows'][1]]} "
+                         f"| {'yes' if r['disjoint_sources'] else 'no'} | {_fmt(r['mutual_knn'])} | {_fmt(r['t2i_R@1'])} "
+                         f"| {_fmt(r['heldout_residual'])} |")
+        lines.append("")
+    eff = summary.get("efficiency")
+    if eff:
+        lines += [f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score", "",
+                  "| positives | target (reference final) | samples needed | sample ratio (geo. mean) | text ratio | seeds reached |",
+                  "|---|---|---|---|---|---|"]
+        for row, e in eff["rows"].items():
+            tgt = [p["target"] for p in e["per_seed"]]
+            target = f"{sum(tgt) / len(tgt):.3f}" if tgt else "–"
+            if "sample_ratio" in e:
+                sr, tr = e["sample_ratio"], e["text_ratio"]
+                ratio = f"{sr['geomean']:.1f}× [{sr['ci'][0]:.1f}, {sr['ci'][1]:.1f}]" if sr["ci"][0] else f"{sr['geomean']:.1f}×"
+                text = f"{tr['geomean']:.1f}×"
+                needed = _fmt(e["samples_needed"], 0)
+            else:
+                ratio = text = needed = "–"
+            n = len(e["per_seed"])
+            note = f"{e['seeds_reached']}/{n}"
+            if e["seeds_by_first_checkpoint"]:
+                note += f" ({e['seeds_by_first_checkpoint']} by the first checkpoint)"
+            if e["seeds_not_reached"]:
+                note += f" ({e['seeds_not_reached']} never)"
+            lines.append(f"| {cells['rows'][row]} | {target} | {needed} | {ratio} | {text} | {note} |")
+        lines.append("")
+    sc = summary.get("scaling")
+    if sc:
+        law = sc["law"]
+        lo, hi = sc["interval"]
+        lines += ["### Scaling law, checked on runs it never saw", "",
+                  f"a(n) = {law['a_inf']:.4f} − {law['b']:.4f}·(n/1000)^−{law['alpha']:.3f}, fitted on "
+                  f"{sc['fitted_runs']} finished runs of `{sc['model']}` ({cells['rows'][sc['row']]}) at "
+                  f"{', '.join(f'{int(b):,}' for b in sc['fitted_budgets'])} samples.",
+                  "",
+                  f"| held-out budget | predicted ({conf}% interval for one run) | actual (mean ± seed std) | error | seed noise | runs inside the interval |",
+                  "|---|---|---|---|---|---|",
+                  f"| {int(sc['samples']):,} | {sc['prediction']:.4f} [{lo:.4f}, {hi:.4f}] | {sc['heldout_mean']:.4f} ± "
+                  f"{(sc['heldout_seed_std'] or 0):.4f} | {sc['error']:+.4f} | {(sc['heldout_seed_std'] or 0):.4f} "
+                  f"| {sc['heldout_in_interval']}/{sc['heldout_runs']} |", ""]
+    return "\n".join(lines)
+
+
+def curves_plot(cells: dict, eff: dict, path: Path) -> None:
+    """Alignment against samples seen (log axis), one panel per row: the mean curve over
+    seeds with its min-max band, and the reference's final score as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = list(cells["rows"])
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 3.4), dpi=120, sharey=True, squeeze=False)
+    for ax, row in zip(axes[0], rows, strict=True):
+        for col in (eff["model"], eff["reference"]):
+            curves = [r["curve"] for r in cells["records"]
+                      if r["kind"] == "grid" and r["row"] == row and r["column"] == col and r["curve"]]
+            if not curves:
+                continue
+            x = np.array([p["samples"] for p in curves[0]["points"]])
+            y = np.array([[p["mutual_knn"] for p in c["points"]] for c in curves])
+            view = cells["column_views"][col]
+            colour = VIEW_COLOURS.get(view, "#777777")
+            ax.plot(x, y.mean(0), "o-", ms=3, color=colour, label=f"{col} ({VIEW_LABELS.get(view, view)})")
+            ax.fill_between(x, y.min(0), y.max(0), color=colour, alpha=0.2, lw=0)
+            if col == eff["reference"]:
+                ax.axhline(y[:, -1].mean(), ls="--", lw=1, color=colour)
+        chance = next(r["chance"] for r in cells["records"])
+        ax.axhline(chance, ls=":", lw=1, color="k", label="chance")
+        ax.set_xscale("log")
+        ax.set_xlabel("training samples")
+        ax.set_title(cells["rows"][row], fontsize=9)
+    axes[0][0].set_ylabel("mutual 10-NN with the image encoder")
+    axes[0][-1].legend(frameon=False, fontsize=8)
+    fig.suptitle(f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def scaling_plot(sc: dict, path: Path) -> None:
+    """Finished runs used in the fit, the fitted law, and the held-out runs with the
+    predicted interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .scaling import SaturatingLaw
+
+    law = SaturatingLaw(**sc["law"])
+    fit = sc["fit_points"]
+    fig, ax = plt.subplots(figsize=(5, 3.4), dpi=120)
+    ax.plot([p["samples"] for p in fit], [p["mutual_knn"] for p in fit], "o", color="#3b7dd8", ms=4, label="fitted runs")
+    xs = np.geomspace(min(p["samples"] for p in fit), sc["samples"] * 2, 200)
+    ax.plot(xs, law(xs), "-", color="#3b7dd8", lw=1, label="fitted law")
+    ax.errorbar([sc["samples"]], [sc["prediction"]], yerr=[[sc["prediction"] - sc["interval"][0]], [sc["interval"][1] - sc["prediction"]]],
+                fmt="s", color="k", capsize=4, ms=5, label="forecast (interval)")
+    ax.plot([sc["samples"]] * len(sc["heldout_actual"]), sc["heldout_actual"], "x", color="#c0504d", ms=7,
+            label="held-out runs")
+    ax.set_xscale("log")
+    ax.set_xlabel("training samples (finished runs)")
+    ax.set_ylabel("mutual 10-NN with the image encoder")
+    ax.set_title(f"scaling law: {sc['model']}, forecast vs held-out runs", fontsize=10)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 
 from .config import ConfigError, PipelineConfig, get_path, stable_hash, to_plain
 
-ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "evaluate"]
+ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "evaluate", "curve"]
 
 
 @dataclass(frozen=True)
 class StageSpec:
     name: str
     version: int
-    reads: tuple[str, ...]  # config paths; `{model}` is the instance's model name
-    inputs: tuple[str, ...]  # upstream stage instances; `{model}` as above
+    reads: tuple[str, ...]  # config paths; `{model}`, `{set}`, `{modality}`: the instance's
+    inputs: tuple[str, ...]  # upstream stage instances; placeholders as above
     writes: tuple[str, ...]
     doc: str
 
@@ -47,26 +47,38 @@ SPECS: dict[str, StageSpec] = {
         StageSpec("evaluate", 2, ("evaluate",), ("embed:*",), ("scores.json", "table.md", "alignment.png"),
                   "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
                   "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot"),
+        StageSpec("curve", 1, ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.layers"),
+                  ("train:{model}", "{eval_input}", "embed:{image}"), ("curve.json",),
+                  "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)"),
     ]
 }
 
 
 @dataclass(frozen=True)
 class StageInstance:
-    stage: str  # spec name
+    """One stage applied to one thing, in one flow: `train:good` (pipeline),
+    `features:qwen@wit` (compare), `ablation` (ablate)."""
+
+    stage: str
     model: str | None = None
+    set: str | None = None  # compare: the eval set
+    modality: str | None = None  # compare: text | vision
+    flow: str = "pipeline"
 
     @property
     def id(self) -> str:
+        if self.set is not None:
+            return f"{self.stage}:{self.model}@{self.set}" if self.model else f"{self.stage}:{self.set}"
         return f"{self.stage}:{self.model}" if self.model else self.stage
 
     def spec(self) -> StageSpec:
-        return SPECS[self.stage]
+        return FLOW_SPECS[self.flow][self.stage]
 
     def reads(self) -> list[str]:
-        return [r.replace("{model}", self.model or "") for r in self.spec().reads]
+        return [r.format(model=self.model, set=self.set, modality=self.modality) for r in self.spec().reads]
 
     def inputs(self, cfg: PipelineConfig) -> list[str]:
+        """The upstream instance ids (pipeline stages)."""
         out = []
         for i in self.spec().inputs:
             if i == "{train_input}":
@@ -78,10 +90,10 @@ class StageInstance:
             elif i == "embed:*":
                 out.extend(f"embed:{m}" for m in evaluated_models(cfg))
             else:
-                out.append(i.replace("{model}", self.model or ""))
+                out.append(i.format(model=self.model, image=cfg.evaluate.image_model))
         return out
 
-    def config_slice(self, cfg: PipelineConfig) -> dict:
+    def config_slice(self, cfg) -> dict:
         return {r: to_plain(get_path(cfg, r)) for r in self.reads()}
 
 
@@ -96,7 +108,13 @@ def instances(cfg: PipelineConfig) -> list[StageInstance]:
     out += [StageInstance("train", m) for m in models]
     out += [StageInstance("embed", m) for m in models]
     out.append(StageInstance("evaluate"))
+    out += [StageInstance("curve", m) for m in curve_models(cfg)]
     return out
+
+
+def curve_models(cfg: PipelineConfig) -> list[str]:
+    """Text models evaluated along their run (they save snapshots)."""
+    return [m for m in cfg.evaluate.text_models if cfg.train.models[m].snapshots > 0]
 
 
 def cache_key(inst, cfg, input_digests: dict[str, str]) -> str:
@@ -179,28 +197,16 @@ COMPARE_SPECS: dict[str, StageSpec] = {
 }
 
 
-@dataclass(frozen=True)
-class CompareInstance:
-    """A stage of the comparison flow: `evalset:wit`, `features:qwen@wit`, `compare`."""
+# ---- the ablation grid (`platonic ablate`): its cells are pipeline stage instances ---------
 
-    stage: str
-    model: str | None = None
-    set: str | None = None
-    modality: str | None = None  # text | vision
+ABLATE_SPECS: dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec("ablation", 1, ("seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
+                  ("evaluate:*", "curve:*", "embed:*"), ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+                  "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
+                  "sample efficiency, the scaling-law fit checked on a held-out run"),
+    ]
+}
 
-    @property
-    def id(self) -> str:
-        if self.stage == "evalset":
-            return f"evalset:{self.set}"
-        if self.stage == "features":
-            return f"features:{self.model}@{self.set}"
-        return self.stage
-
-    def spec(self) -> StageSpec:
-        return COMPARE_SPECS[self.stage]
-
-    def reads(self) -> list[str]:
-        return [r.format(set=self.set, model=self.model, modality=self.modality) for r in self.spec().reads]
-
-    def config_slice(self, cfg) -> dict:
-        return {r: to_plain(get_path(cfg, r)) for r in self.reads()}
+FLOW_SPECS = {"pipeline": SPECS, "compare": COMPARE_SPECS, "ablate": ABLATE_SPECS}

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import torch
+from safetensors.torch import save_model
 from tqdm.auto import tqdm
 
 from .models import build_model, save_checkpoint
@@ -117,6 +118,15 @@ def lr_at(step: int, total: int, optim) -> float:
     return optim.lr * (optim.final_lr_frac + (1 - optim.final_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def snapshot_steps(steps: int, n: int) -> list[int]:
+    """`n` log-spaced step counts ending at `steps` (each about twice the previous one for
+    n=8 over a few hundred steps): where alignment-vs-samples curves are measured."""
+    if n <= 0:
+        return []
+    first = max(1, round(steps / 2 ** (n - 1)))
+    return sorted({int(round(x)) for x in np.geomspace(first, steps, n)})
+
+
 def compute_loss(cfg, model: torch.nn.Module, batch: dict, sigreg: SIGReg | None, step: int):
     if cfg.kind == "text_jepa":
         ids, mask = batch["input_ids"], batch["attention_mask"]  # (V, N, T)
@@ -144,8 +154,12 @@ def train_model(
     log_every: int = 10,
     desc: str = "train",
     show_progress: bool = True,
+    on_snapshot: Callable[[int, torch.nn.Module], None] | None = None,
 ) -> dict:
-    """Train `model` for cfg.steps; returns a summary (final loss terms, samples, timing)."""
+    """Train `model` for cfg.steps; returns a summary (final loss terms, samples, timing).
+    `on_snapshot(steps_done, model)` is called after each of `snapshot_steps(cfg.steps,
+    cfg.snapshots)` but the last (the final model is the caller's)."""
+    snaps = set(snapshot_steps(cfg.steps, cfg.snapshots)) - {cfg.steps}
     torch.manual_seed(seed)
     model.train()
     decay = [p for n_, p in model.named_parameters() if p.ndim >= 2]
@@ -179,6 +193,8 @@ def train_model(
             bar.set_postfix({k: f"{v:.3g}" for k, v in terms.items()}, refresh=False)
             if on_log is not None:
                 on_log(step, {**terms, "lr": lr, "samples": (step + 1) * cfg.batch_size})
+        if step + 1 in snaps and on_snapshot is not None:
+            on_snapshot(step + 1, model)
     bar.close()
     model.eval()
     seconds = time.perf_counter() - t0
@@ -229,7 +245,13 @@ def run_train(cfg, seed: int, input_dir: Path, out: Path, on_log=None, desc: str
         shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")
     torch.manual_seed(seed)
     model = build_model(cfg, **build_args)
-    summary = train_model(cfg, model, make_sampler(cfg, data, seed), seed, on_log=on_log, desc=desc)
+
+    def on_snapshot(steps_done: int, m: torch.nn.Module) -> None:
+        (out / "snapshots").mkdir(exist_ok=True)
+        save_model(m, str(out / "snapshots" / f"step_{steps_done:06d}.safetensors"))
+
+    summary = train_model(cfg, model, make_sampler(cfg, data, seed), seed, on_log=on_log, desc=desc,
+                          on_snapshot=on_snapshot)
     save_checkpoint(model, build_args, out)
     summary["parameters"] = sum(p.numel() for p in model.parameters())
     return summary

@@ -6,7 +6,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from platonic_core.compare import compare_grid, embed_model, materialize_evalset
-from platonic_core.stages import CompareInstance
+from platonic_core.stages import StageInstance
 
 from .stage import execute
 
@@ -14,7 +14,7 @@ from .stage import execute
 @task(name="evalset", cache_policy=NO_CACHE, task_run_name="evalset:{name}")
 def evalset(cfg, name, mode, ctx):
     """Materialise one eval set (first caption per image, PNG bytes)."""
-    return execute(CompareInstance("evalset", set=name), cfg, {}, mode, ctx,
+    return execute(StageInstance("evalset", set=name, flow="compare"), cfg, {}, mode, ctx,
                    lambda out, run_id: (materialize_evalset(cfg.eval_sets[name], out), {}))
 
 
@@ -22,7 +22,7 @@ def evalset(cfg, name, mode, ctx):
 def features(cfg, model, modality, set_name, evalset_m, mode, ctx):
     """Per-layer features of one eval set with one model."""
     mcfg = (cfg.text_models if modality == "text" else cfg.vision_models)[model]
-    inst = CompareInstance("features", model=model, set=set_name, modality=modality)
+    inst = StageInstance("features", model=model, set=set_name, modality=modality, flow="compare")
     return execute(inst, cfg, {evalset_m.stage: evalset_m}, mode, ctx,
                    lambda out, run_id: (embed_model(mcfg, modality, evalset_m.path, out), {}))
 
@@ -38,5 +38,5 @@ def compare(cfg, feature_ms, evalset_ms, mode, ctx):
                    for t, vs in ts.items() for v, s in vs.items()}
         return {"cells": len(metrics)}, metrics
 
-    return execute(CompareInstance("compare"), cfg, {**evalset_ms, **feature_ms}, mode, ctx, compute,
+    return execute(StageInstance("compare", flow="compare"), cfg, {**evalset_ms, **feature_ms}, mode, ctx, compute,
                    log_files=("scores.json", "table.md"))

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -48,6 +48,9 @@ class RunContext:
     experiment_id: str
     parent_run_id: str
     tracking_uri: str
+    # instances already resolved in this flow run, by cache key: a grid whose cells share a
+    # stage (the ablation's world, views, image model) logs it once, not once per cell
+    resolved: dict[tuple[str, str], Manifest] = field(default_factory=dict)
 
     @property
     def store(self) -> ArtifactStore:
@@ -69,6 +72,14 @@ def execute(
 ) -> Manifest:
     """Run (or reuse) one stage instance and return its manifest. `compute(out, run_id)`."""
     key = cache_key(inst, cfg, {n: m.digest for n, m in inputs.items()})
+    if mode != FORCE and (key, inst.id) in ctx.resolved:
+        return ctx.resolved[(key, inst.id)]
+    manifest = _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key)
+    ctx.resolved[(key, inst.id)] = manifest
+    return manifest
+
+
+def _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key) -> Manifest:
     store, c, log = ctx.store, ctx.client, _logger()
     hit = store.lookup(inst.id, key)
     if hit is None and mode == CACHED_ONLY:

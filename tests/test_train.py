@@ -111,3 +111,29 @@ def test_tokenizer_keeps_the_most_frequent_words_ties_alphabetical():
     vocab = tok.get_vocab()
     assert vocab["a"] == 5 and vocab["b"] == 6 and "c" not in vocab
     assert tok.encode("a c").ids == [CLS_ID, 5, 1, SEP_ID]  # unknown word -> [UNK] (id 1)
+
+
+def test_snapshot_steps_are_log_spaced_and_end_at_the_budget():
+    from platonic_core.train import snapshot_steps
+
+    assert snapshot_steps(450, 8) == [4, 8, 15, 30, 59, 117, 229, 450]
+    assert snapshot_steps(10, 3) == [2, 4, 10]
+    assert snapshot_steps(300, 0) == []
+
+
+def test_snapshots_do_not_change_training(tok):
+    """Saving snapshots along a run is an observation: the final weights are bit-identical."""
+    ids, mask = encode(tok, TEXTS, 32)
+    groups = [np.arange(i, i + 3) for i in range(0, 36, 3)]
+    finals, seen = [], []
+    for snaps in (0, 4):
+        cfg = ModelConfig(kind="text_jepa", views="good", batch_size=8, width=16, heads=2, layers=1, steps=12,
+                          snapshots=snaps)
+        torch.manual_seed(0)
+        model = build_model(cfg, vocab_size=tok.get_vocab_size(), max_len=32)
+        train_model(cfg, model, make_sampler(cfg, TextData(ids, mask, groups), 0), 0, show_progress=False,
+                    on_snapshot=lambda step, m: seen.append((step, {k: v.clone() for k, v in m.state_dict().items()})))
+        finals.append(model.state_dict())
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+    assert [s for s, _ in seen] == [2, 4, 7]  # snapshot_steps(12, 4) minus the final step
+    assert not torch.equal(seen[0][1]["proj.0.weight"], finals[1]["proj.0.weight"])

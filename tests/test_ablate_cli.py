@@ -1,0 +1,91 @@
+"""`platonic ablate configs/table7.yaml --quick`, then `platonic table` and `platonic forecast`,
+as a user runs them from a fresh folder (subprocesses, the embedded Prefect server and the
+default MLflow store under the output folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run([sys.executable, "-m", "platonic_core.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ablate")
+    p = platonic(d, "ablate", str(REPO / "configs" / "table7.yaml"), "--quick", "--json")
+    assert p.returncode == 0, p.stderr[-4000:]
+    return d, json.loads(p.stdout)
+
+
+def test_grid_is_complete_with_seed_intervals(quick):
+    d, res = quick
+    table = res["summary"]["table"]["mutual_knn"]
+    assert set(table) == {"paraphrase", "recaptions", "alt_recaptions"}
+    for row in table.values():
+        assert set(row) == {"good", "bad", "ntp"}
+        for cell in row.values():
+            assert cell["n"] == 3 and cell["ci"][0] < cell["mean"] < cell["ci"][1]
+    out = Path(res["output_dir"])
+    for f in ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"):
+        assert (out / f).stat().st_size > 0, f
+    cells = json.loads((out / "cells.json").read_text())
+    # every score names the runs behind it
+    assert all(r["runs"]["evaluate"] and r["runs"][f"train:{r['column']}"] for r in cells["records"])
+
+
+def test_shared_stages_were_computed_once(quick):
+    d, res = quick
+    store = d / ".platonic" / "artifacts"
+    n = {s: len(list((store / s).glob("*/manifest.json"))) for s in ("world", "ingest", "positives", "dedup", "views")}
+    assert n == {"world": 1, "ingest": 1, "positives": 1, "dedup": 1, "views": 3}, n  # views: one per row
+    assert len(list((store / "train" / "image").glob("*/manifest.json"))) == 3  # one image model per seed
+
+
+def test_efficiency_rotation_and_scaling_are_reported(quick):
+    _, res = quick
+    s = res["summary"]
+    for row in s["efficiency"]["rows"].values():
+        assert len(row["per_seed"]) == 3
+        assert row["seeds_reached"] + row["seeds_by_first_checkpoint"] + row["seeds_not_reached"] == 3
+    disjoint = [r for r in s["rotations"] if r["disjoint_sources"]]
+    assert {r["column"] for r in disjoint} == {"good", "bad", "ntp"}  # paraphrase <-> recaptions
+    sc = s["scaling"]
+    assert sc["heldout_runs"] == 3 and sc["fitted_runs"] == 12 and sc["samples"] not in sc["fitted_budgets"]
+    assert sc["interval"][0] < sc["prediction"] < sc["interval"][1]
+
+
+def test_table_reads_the_grid_back_from_mlflow(quick):
+    d, res = quick
+    p = platonic(d, "table", "table7", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    back = json.loads(p.stdout)
+    assert back["run_id"] == res["run_id"]
+    assert back["table"]["mutual_knn"] == res["summary"]["table"]["mutual_knn"]
+    p = platonic(d, "table", "table7")
+    assert "two recaptions" in p.stdout and "good views" in p.stdout and p.returncode == 0
+
+
+def test_forecast_predicts_the_held_out_budget(quick):
+    d, res = quick
+    p = platonic(d, "forecast", "table7", "--model", "good", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    f = json.loads(p.stdout)
+    assert f["row"] == "recaptions" and len(f["actual"]) == 3 and f["samples"] not in f["fitted_budgets"]
+    assert f["prediction"] == pytest.approx(res["summary"]["scaling"]["prediction"])
+    p = platonic(d, "forecast", "table7", "--model", "bad")
+    assert p.returncode == 2 and "scaling" in p.stderr  # one budget only: a clear error
+    p = platonic(d, "table", "no_such_experiment")
+    assert p.returncode == 1 and "no MLflow experiment" in p.stderr

@@ -1,0 +1,132 @@
+"""The ablation grid: planning cells from a recipe, and the summary statistics on known records."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from platonic_core.ablation import (
+    efficiency,
+    forecast_from_cells,
+    grid_table,
+    load_ablation,
+    scaling_check,
+)
+from platonic_core.config import AblationConfig, ConfigError
+from platonic_core.stages import instances
+
+
+def test_cells_share_every_stage_they_can(tmp_path):
+    abl, cells = load_ablation("configs/table7.yaml", quick=True)
+    grid = [c for c in cells if c.kind == "grid"]
+    assert len(grid) == len(abl.rows) * len(abl.seeds)
+    # the upstream of views is one config for every cell: computed once, then cache hits
+    for section in ("world", "ingest", "positives", "dedup"):
+        assert len({getattr(c.cfg, section).model_dump_json() for c in cells}) == 1, section
+    # views differ by row only; the image model by seed only
+    assert len({c.cfg.views.model_dump_json() for c in grid}) == len(abl.rows)
+    assert len({(c.cfg.seed, c.cfg.train.models["image"].model_dump_json()) for c in cells}) == len(abl.seeds)
+    # grid cells score every column and record curves for the efficiency pair
+    c = grid[0]
+    assert c.cfg.evaluate.text_models == abl.columns
+    assert [i.id for i in instances(c.cfg) if i.stage == "curve"] == ["curve:good", "curve:ntp"]
+    # scaling cells: only the scaled model, at fractions of its full budget, no curves
+    full = c.cfg.train.models["good"].steps
+    sc = [c for c in cells if c.kind == "scaling"]
+    assert sorted({c.steps for c in sc}) == sorted({round(f * full) for f in abl.scaling.fit_fractions})
+    assert all(c.cfg.evaluate.text_models == ["good"] and c.cfg.train.models["good"].snapshots == 0 for c in sc)
+
+
+def test_overrides_reach_the_recipe_and_the_base():
+    abl, cells = load_ablation("configs/table7.yaml", ["seeds=[3,4,5,6]", "scaling=null"], ["world.n_train=500"])
+    assert abl.seeds == [3, 4, 5, 6] and {c.seed for c in cells} == {3, 4, 5, 6}
+    assert all(c.kind == "grid" and c.cfg.world.n_train == 500 for c in cells)
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["columns=[good, ntp, image]"], "column 'image' is the image model"),
+    (["columns=[good, ntp, nope]"], "model 'nope', not in train.models"),
+    (["seeds=[1, 1]"], "seeds repeat"),
+    (["seeds=[1]"], "seeds"),
+    (["rows.recaptions.good_sources=[captions]"], "rows.recaptions.good_sources"),
+    (["scaling.row=missing"], "scaling.row 'missing'"),
+    (["efficiency.reference=bad2"], "efficiency refers to model 'bad2'"),
+    (["scaling.fit_fractions=[0.5, 1.5, 0.2]"], "fit_fractions"),
+    (["base=nowhere.yaml"], "nowhere.yaml: no such recipe file"),
+])
+def test_bad_recipes_are_one_line_errors(sets, needle):
+    with pytest.raises(ConfigError) as e:
+        load_ablation("configs/table7.yaml", sets)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def _records(rows=("r1",), seeds=(0, 1, 2)):
+    """Synthetic records: good's curve rises past ntp's final score at a known point."""
+    out = []
+    for row in rows:
+        for seed in seeds:
+            good = [{"samples": n, "mutual_knn": y} for n, y in [(100, 0.02), (200, 0.05), (400, 0.09 + 0.001 * seed), (800, 0.12)]]
+            ntp = [{"samples": n, "mutual_knn": y} for n, y in [(100, 0.02), (200, 0.03), (400, 0.05), (800, 0.07)]]
+            for col, pts, tps, score in (("good", good, 2, 0.12 + 0.01 * seed), ("ntp", ntp, 1, 0.07), ("bad", None, 1, 0.05)):
+                out.append({"kind": "grid", "row": row, "seed": seed, "column": col, "samples": 800,
+                            "mutual_knn": score, "t2i_R@1": 0.1, "heldout_residual": 1.1, "chance": 0.01, "n": 512,
+                            "curve": {"points": pts, "texts_per_sample": tps} if pts else None})
+    return out
+
+
+def _abl(**kw):
+    return AblationConfig.model_validate({"rows": {"r1": {"good_sources": ["recap"], "text_sources": ["recap"]}},
+                                          "seeds": [0, 1, 2], **kw})
+
+
+def test_grid_table_mean_and_t_interval():
+    cells = {"confidence": 0.95, "rows": {"r1": "row one"}, "columns": ["good", "ntp", "bad"], "records": _records()}
+    t = grid_table(cells)["mutual_knn"]["r1"]
+    assert t["good"]["mean"] == pytest.approx(0.13) and t["good"]["n"] == 3
+    half = 4.302653 * 0.01 / math.sqrt(3)  # t_{0.975, 2} * std / sqrt(n)
+    assert t["good"]["ci"] == pytest.approx([0.13 - half, 0.13 + half], rel=1e-4)
+    assert t["ntp"]["std"] == pytest.approx(0.0)
+
+
+def test_efficiency_ratio_from_curves():
+    e = efficiency(_abl(), _records())["rows"]["r1"]
+    # ntp's final 0.07 is reached between 200 (0.05) and 400 (~0.09) samples, in log space
+    for p in e["per_seed"]:
+        frac = (0.07 - 0.05) / (0.09 + 0.001 * p["seed"] - 0.05)
+        needed = math.exp(math.log(200) + frac * math.log(2))
+        assert p["status"] == "reached" and p["samples_needed"] == pytest.approx(needed)
+        assert p["sample_ratio"] == pytest.approx(800 / needed)
+        assert p["text_ratio"] == pytest.approx(800 / needed / 2)  # a good sample reads 2 texts
+    assert e["seeds_reached"] == 3 and e["sample_ratio"]["ci"][0] < e["sample_ratio"]["geomean"] < e["sample_ratio"]["ci"][1]
+
+
+def test_efficiency_counts_seeds_that_never_get_there():
+    recs = _records()
+    for r in recs:
+        if r["column"] == "ntp" and r["seed"] == 1:
+            r["curve"]["points"][-1]["mutual_knn"] = 0.5  # unreachable target
+    e = efficiency(_abl(), recs)["rows"]["r1"]
+    assert e["seeds_not_reached"] == 1 and e["seeds_reached"] == 2 and "sample_ratio" not in e
+
+
+def test_scaling_check_and_forecast_hold_out_the_full_budget():
+    law = lambda n: 0.2 - 0.3 * (n / 1000) ** -0.5  # noqa: E731
+    recs = []
+    for seed in range(3):
+        for n in (500, 1000, 2000, 4000):
+            recs.append({"kind": "scaling", "row": "r1", "seed": seed, "column": "good", "samples": n,
+                         "mutual_knn": law(n) + 0.001 * (seed - 1)})
+        recs.append({"kind": "grid", "row": "r1", "seed": seed, "column": "good", "samples": 8000,
+                     "mutual_knn": law(8000) + 0.001 * (seed - 1)})
+    abl = _abl(columns=["good"], efficiency=None, scaling={"row": "r1"})
+    s = scaling_check(abl, recs)
+    assert s["fitted_budgets"] == [500, 1000, 2000, 4000] and s["samples"] == 8000
+    assert abs(s["error"]) < 0.003 and s["heldout_in_interval"] == 3
+    cells = {"confidence": 0.95, "rows": {"r1": "r1"}, "columns": ["good"], "records": recs}
+    f = forecast_from_cells(cells, "good", "r1")
+    assert f["prediction"] == pytest.approx(s["prediction"]) and f["actual_in_interval"] == 3
+    f2 = forecast_from_cells(cells, "good", "r1", samples=4000)  # 4000 held out, 8000 fitted
+    assert 4000 not in f2["fitted_budgets"] and 8000 in f2["fitted_budgets"]
+    with pytest.raises(ValueError, match="no finished runs"):
+        forecast_from_cells(cells, "ntp", "r1")
