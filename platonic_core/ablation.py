@@ -238,7 +238,7 @@ def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict
     from .report import ablation_table, curves_plot, scaling_plot
 
     records = cell_records(results)
-    cells = {"name": abl.name, "confidence": abl.confidence, "seeds": abl.seeds,
+    cells = {"name": abl.name, "confidence": abl.confidence, "seeds": abl.seeds, "k": results[0].cell.cfg.evaluate.k,
              "rows": {k: r.label or k for k, r in abl.rows.items()}, "columns": abl.columns,
              "column_views": {c: results[0].cell.cfg.train.models[c].views for c in abl.columns},
              "records": records}

@@ -75,7 +75,8 @@ def ablation_table(cells: dict, summary: dict) -> str:
              "",
              f"Mean over {n_seeds} seeds with a {conf}% t interval; N = {n_eval} held-out image/caption pairs.",
              ""]
-    titles = {"mutual_knn": f"Mutual 10-NN with the image encoder (chance {chance:.4f})" if chance else "Mutual kNN",
+    k = cells.get("k", 10)
+    titles = {"mutual_knn": f"Mutual {k}-NN with the image encoder (chance {chance:.4f})" if chance else "Mutual kNN",
               "t2i_R@1": f"Text→image R@1 through one orthogonal map fitted on half the pairs, held-out half (chance {2 / n_eval:.4f})"
               if n_eval else "Text→image R@1",
               "heldout_residual": "Held-out Procrustes residual (0 = one rotation apart; √2 ≈ 1.414 = unrelated)"}
@@ -87,7 +88,7 @@ def ablation_table(cells: dict, summary: dict) -> str:
     rots = summary.get("rotations", [])
     if rots:
         lines += ["### One rotation between text models trained separately (same objective, different positives)", "",
-                  "| model | rows | sources disjoint | mutual 10-NN | R@1 (held out) | residual (held out) |",
+                  f"| model | rows | sources disjoint | mutual {k}-NN | R@1 (held out) | residual (held out) |",
                   "|---|---|---|---|---|---|"]
         for r in rots:
             lines.append(f"| {r['column']} | {cells['rows'][r['rows'][0]]} ↔ {cells['rows'][r['rows'][1]]} "
@@ -164,7 +165,7 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("training samples")
         ax.set_title(cells["rows"][row], fontsize=9)
-    axes[0][0].set_ylabel("mutual 10-NN with the image encoder")
+    axes[0][0].set_ylabel(f"mutual {cells.get('k', 10)}-NN with the image encoder")
     axes[0][-1].legend(frameon=False, fontsize=8)
     fig.suptitle(f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max)", fontsize=10)
     fig.tight_layout()
@@ -195,7 +196,7 @@ def scaling_plot(sc: dict, path: Path) -> None:
             label="held-out runs")
     ax.set_xscale("log")
     ax.set_xlabel("training samples (finished runs)")
-    ax.set_ylabel("mutual 10-NN with the image encoder")
+    ax.set_ylabel("mutual kNN with the image encoder")
     ax.set_title(f"scaling law: {sc['model']}, forecast vs held-out runs", fontsize=10)
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()

@@ -2,7 +2,8 @@
 
 Each stage run carries `platonic.upstream_runs` (input stage -> the run that produced that
 input); a cache-hit run points at its producer through `platonic.producer_run_id`. The walk
-starts at an evaluate run (or at a pipeline parent run, whose evaluate child it picks).
+starts at an evaluate run (or at a flow's parent run: a pipeline's evaluate child, an
+ablation's summary stage).
 """
 
 from __future__ import annotations
@@ -41,12 +42,17 @@ def trace(run_id: str, out_dir: str) -> dict:
         run = c.get_run(run_id)
     except MlflowException as e:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
-    if "platonic.stage" not in run.data.tags:  # a pipeline run: start from its evaluate child
-        kids = c.search_runs([run.info.experiment_id],
-                             filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and tags.`platonic.stage` = 'evaluate'")
-        if not kids:
+    if "platonic.stage" not in run.data.tags:
+        # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
+        # inputs are every cell), else from its evaluate child
+        for stage in ("ablation", "evaluate"):
+            kids = c.search_runs([run.info.experiment_id], filter_string=(
+                f"tags.`mlflow.parentRunId` = '{run_id}' and tags.`platonic.stage` = '{stage}'"))
+            if kids:
+                run_id = kids[0].info.run_id
+                break
+        else:
             raise LineageError(f"run {run_id} has no evaluate stage run (was evaluate skipped?)")
-        run_id = kids[0].info.run_id
     seen: dict[str, dict] = {}
 
     def walk(rid: str) -> dict:

@@ -89,3 +89,20 @@ def test_forecast_predicts_the_held_out_budget(quick):
     assert p.returncode == 2 and "scaling" in p.stderr  # one budget only: a clear error
     p = platonic(d, "table", "no_such_experiment")
     assert p.returncode == 1 and "no MLflow experiment" in p.stderr
+
+
+def test_lineage_of_the_ablation_reaches_every_cell_and_the_world(quick):
+    d, res = quick
+    p = platonic(d, "lineage", res["run_id"], "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    tree = json.loads(p.stdout)
+    assert tree["stage"] == "ablation"
+    stages = set()
+
+    def walk(n):
+        stages.add(n["stage"])
+        for u in n.get("upstream", []):
+            walk(u)
+
+    walk(tree)
+    assert {"world", "views", "train:good", "train:image", "curve:ntp", "evaluate"} <= stages
