@@ -96,7 +96,9 @@ class _Normaliser:
     def __init__(self, reader: Reader, shard: Shard, max_chars: int):
         self.fields = reader.fields
         self.id_column = getattr(reader, "id_column", None) or "image_id"
-        self.uri, self.max_chars = shard.uri, max_chars
+        # provenance names the file, not where it lives: the output bytes (and digests) do
+        # not change when the corpus moves; shards.parquet maps each shard to its full URI
+        self.uri, self.max_chars = source_name(shard), max_chars
         self.seen: set[str] = set()  # row keys of this shard (its images / captions)
 
     def __call__(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -112,7 +114,8 @@ class _Normaliser:
         idx_missing = pa.array(np.zeros(n, bool))
         for c in index_cols:
             idx_missing = pc.or_(idx_missing, pc.is_null(rows.column(c).combine_chunks()))
-        conds = [pc.is_valid(row_reason), id_bad, pc.is_null(image_id), idx_missing]
+        no_id = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(image_id)), 0), True)  # null or blank
+        conds = [pc.is_valid(row_reason), id_bad, no_id, idx_missing]
         row_reason = pc.case_when(pc.make_struct(*conds), row_reason, "schema_mismatch", "missing_field", "missing_field")
         row_field = pc.case_when(pc.make_struct(*conds), row_field, self.id_column, self.id_column,
                                  index_cols[0] if index_cols else self.id_column)
@@ -208,10 +211,16 @@ def _dictionary_columns(schema: pa.Schema) -> list[str]:
     return [f.name for f in schema if f.name in _LOW_CARDINALITY or not (pa.types.is_string(f.type) or pa.types.is_binary(f.type))]
 
 
+def source_name(shard: Shard) -> str:
+    """The shard's file name: its `source_uri` in the output rows."""
+    return shard.uri.rstrip("/").rsplit("/", 1)[-1]
+
+
 def shard_key(reader: Reader, shard: Shard, max_chars: int) -> str:
-    """The shard cache key: same bytes, same reader, same rules -> same output."""
+    """The shard cache key: same bytes under the same name, same reader, same rules -> same
+    output (a moved corpus is not redone; its files' names are part of the output)."""
     return stable_hash({"rules": RULES_VERSION, "reader": reader.describe(), "max_chars": max_chars,
-                        "digest": shard.digest}, n=24)
+                        "digest": shard.digest, "name": source_name(shard), "id": shard.id}, n=24)
 
 
 def _prefetched(items: Iterator, depth: int = 2) -> Iterator:

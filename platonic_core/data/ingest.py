@@ -100,9 +100,12 @@ def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict
     seen: set[str] = set()
     for fname, kind, sink in (("alt_texts.parquet", "alt", rows), ("eval_captions.parquet", "eval", eval_rows)):
         uri = f"{source}/{fname}"
-        t = pq.read_table(world_dir / fname).to_pydict()
-        for r, (sid, text) in enumerate(zip(t["scene_id"], t["text"], strict=True)):
-            reason = "missing_field" if not sid else check_text(text, cfg.max_text_chars)
+        table = pq.read_table(world_dir / fname)
+        reasons, normalised = check_texts(table["text"].combine_chunks(), cfg.max_text_chars)
+        t = table.to_pydict()
+        for r, (sid, text, text_reason, norm) in enumerate(zip(t["scene_id"], t["text"], reasons.to_pylist(),
+                                                              normalised.to_pylist(), strict=True)):
+            reason = "missing_field" if not sid else text_reason
             text_id = f"{sid}:{kind}:0"
             if reason is None and text_id in seen:
                 reason = "duplicate_key"
@@ -110,7 +113,7 @@ def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict
                 quarantine.append({"source_uri": uri, "source_row": r, "field": "text", "reason": reason, "raw": None if text is None else str(text)})
                 continue
             seen.add(text_id)
-            sink.append({"image_id": sid, "text_id": text_id, "source_kind": kind, "text": " ".join(text.split()),
+            sink.append({"image_id": sid, "text_id": text_id, "source_kind": kind, "text": norm,
                          "source_uri": uri, "source_row": r})
     if not eval_rows:
         raise ValueError(f"ingest: every eval caption in {world_dir / 'eval_captions.parquet'} was quarantined "
