@@ -431,11 +431,22 @@ def ingest_corpus(shards: list[Shard], cfg, out: Path, cache: Path,
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     results = []
-    for shard in shards:
-        r = run_shard(reader, shard, cfg.max_text_chars, cache)
-        results.append(r)
-        if progress:
-            progress(r)
+    if cfg.workers > 1 and len(shards) > 1:  # shards are independent: fan them out
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn, not fork: forking a process that runs Arrow threads can deadlock
+        with ProcessPoolExecutor(min(cfg.workers, len(shards)), mp_context=mp.get_context("spawn")) as ex:
+            futures = [ex.submit(run_shard, reader, s, cfg.max_text_chars, cache) for s in shards]
+            for f in futures:  # in shard order: the output does not depend on scheduling
+                results.append(f.result())
+                if progress:
+                    progress(results[-1])
+    else:
+        for shard in shards:
+            results.append(run_shard(reader, shard, cfg.max_text_chars, cache))
+            if progress:
+                progress(results[-1])
     # the output holds exactly the shards given now: stale partitions of earlier runs go
     ok = [r for r in results if r.status != "failed"]
     wanted = {f"shard={r.shard.id}" for r in ok}

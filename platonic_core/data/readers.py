@@ -345,6 +345,7 @@ class WdsReader(Reader):
 
     def _rows(self, samples: list[tuple[str, dict]], shard: Shard, row0: int) -> Batch:
         ids, img_rows = [], []
+        tar_name = shard.uri.rstrip("/").rsplit("/", 1)[-1]  # the file, not where it lives (shards maps it)
         json_cols = {c for c in self.text_columns if c.startswith("json.")} | (
             {self.cfg.index_column} if self.cfg.index_column else set())
         texts: dict[str, list] = {c: [] for c in self.text_columns}
@@ -384,7 +385,7 @@ class WdsReader(Reader):
             prov["members"].append(",".join(sorted(e for e in parts if not e.startswith("@"))))
             for ext, loc in parts.items():
                 if ext.startswith("@"):
-                    img_rows.append((image_id, shard.uri, loc[0], loc[1], loc[2], ext[1:]))
+                    img_rows.append((image_id, tar_name, loc[0], loc[1], loc[2], ext[1:]))
         cols: dict[str, pa.Array] = {"image_id": pa.array(ids, pa.string()),
                                      "source_row": pa.array(range(row0, row0 + len(samples)), pa.int64())}
         for c in self.text_columns:
@@ -445,8 +446,15 @@ def zlib_error() -> type[Exception]:
     return zlib.error
 
 
-def read_image_member(tar_uri: str, offset: int, size: int) -> bytes:
-    """The bytes of an image recorded by the wds reader (uncompressed tars: seek + read)."""
+def read_image_member(tar_uri: str, offset: int, size: int, member: str | None = None) -> bytes:
+    """The bytes of an image the wds reader located: a seek and a read in a plain tar; in a
+    compressed tar (offsets are in the decompressed stream) the member is streamed to."""
+    if tar_uri.lower().endswith((".gz", ".tgz")):
+        with open_binary(tar_uri) as f, tarfile.open(fileobj=f, mode="r|*") as tf:
+            for m in tf:
+                if m.offset_data == offset and (member is None or m.name == member):
+                    return tf.extractfile(m).read()
+        raise ShardError(f"{tar_uri}: no member at offset {offset}")
     with open_binary(tar_uri) as f:
         f.seek(offset)
         return f.read(size)
@@ -510,9 +518,33 @@ class _JsonStream:
             if not self._fill():
                 continue
 
+    def _items(self) -> Iterator[Any]:
+        """The items of the array starting here, one at a time."""
+        self._expect("[")
+        if self._skip_ws() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield self._value()
+            c = self._skip_ws()
+            self.pos += 1
+            if c == "]":
+                return
+            if c != ",":
+                raise ShardError(f"{self.uri}: invalid JSON: expected ',' or ']', got {c!r}")
+
+    def _skip(self) -> None:
+        """Skip the value starting here; an array is walked item by item, never held whole."""
+        if self._skip_ws() == "[":
+            for _ in self._items():
+                pass
+        else:
+            self._value()
+
     def arrays(self, wanted: set[str]) -> Iterator[tuple[str, Any]]:
         """(key, item) for every item of the arrays under the wanted top-level keys, in
-        file order; the value of any other key is decoded and dropped."""
+        file order; other values are skipped. `self.keys` lists the top-level keys seen."""
+        self.keys: list[str] = []
         self._expect("{")
         if self._skip_ws() == "}":
             return
@@ -520,22 +552,13 @@ class _JsonStream:
             key = self._value()
             if not isinstance(key, str):
                 raise ShardError(f"{self.uri}: invalid JSON: object key expected")
+            self.keys.append(key)
             self._expect(":")
             if key in wanted and self._skip_ws() == "[":
-                self.pos += 1
-                if self._skip_ws() == "]":
-                    self.pos += 1
-                else:
-                    while True:
-                        yield key, self._value()
-                        c = self._skip_ws()
-                        self.pos += 1
-                        if c == "]":
-                            break
-                        if c != ",":
-                            raise ShardError(f"{self.uri}: invalid JSON in {key!r}: expected ',' or ']', got {c!r}")
+                for item in self._items():
+                    yield key, item
             else:
-                self._value()
+                self._skip()
             c = self._skip_ws()
             self.pos += 1
             if c == "}":
@@ -619,8 +642,9 @@ class CocoReader(Reader):
                 buf["json_path"].append(f"images[{r}].sentences[{s}]" if s is not None else f"images[{r}]")
                 buf["__unknown_image"].append(False)
             if len(buf["caption"]) >= self.batch_rows:
+                n = len(buf["caption"])
                 yield self._emit(buf, row)
-                row += len(buf["image_id"])
+                row += n
                 buf = {c: [] for c in cols}
         if buf["caption"]:
             yield self._emit(buf, row)
@@ -643,32 +667,21 @@ class CocoReader(Reader):
             buf["json_path"].append(f"annotations[{r}]")
             buf["__unknown_image"].append(iid is not None and iid not in files)
             if len(buf["caption"]) >= self.batch_rows:
+                n = len(buf["caption"])
                 yield self._emit(buf, row)
-                row += len(buf["image_id"])
+                row += n
                 buf = {c: [] for c in cols}
         if buf["caption"]:
             yield self._emit(buf, row)
 
 
 def _top_level_keys(uri: str) -> set[str]:
-    """The keys of a JSON document's top-level object (values skipped, not kept)."""
+    """The keys of a JSON document's top-level object (one streaming pass, nothing kept)."""
     with open_binary(uri) as fh:
         s = _JsonStream(fh, uri)
-        keys: set[str] = set()
-        s._expect("{")
-        if s._skip_ws() == "}":
-            return keys
-        while True:
-            k = s._value()
-            keys.add(k)
-            s._expect(":")
-            s._value()
-            c = s._skip_ws()
-            s.pos += 1
-            if c == "}":
-                return keys
-            if c != ",":
-                raise ShardError(f"{uri}: invalid JSON: expected ',' or '}}', got {c!r}")
+        for _ in s.arrays(set()):
+            pass
+        return set(s.keys)
 
 
 # ---- JSONL / CSV -----------------------------------------------------------------------------
