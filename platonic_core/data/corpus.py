@@ -399,25 +399,34 @@ def _cross_shard_duplicates(out: Path, order: list[str]) -> dict[str, list[tuple
     return dups
 
 
-def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]]) -> int:
-    """Move the shard's cross-shard duplicates from its texts to its quarantine (new files,
-    so the shard cache the partition was linked from stays untouched)."""
+def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_rows: int) -> int:
+    """Move the shard's cross-shard duplicates from its texts to its quarantine, streaming
+    (bounded memory). New files replace the partition's links, so the shard cache they were
+    linked from stays untouched."""
     tpath = out / "texts" / f"shard={shard}" / "data.parquet"
     qpath = out / "quarantine" / f"shard={shard}" / "data.parquet"
-    texts = pq.read_table(tpath)
-    ids = pa.array([t for t, _ in dups], pa.string())
-    hit = pc.is_in(texts["text_id"], value_set=ids)
-    moved = texts.filter(hit)
-    q = pa.concat_tables([pq.read_table(qpath), pa.table({
-        "source_uri": moved["source_uri"], "source_row": moved["source_row"],
-        "field": pa.array(["text_id"] * moved.num_rows, pa.string()),
-        "reason": pa.array(["duplicate_key"] * moved.num_rows, pa.string()), "raw": moved["text"],
-    }, schema=QUARANTINE_SCHEMA)])
-    for path, table in ((tpath, texts.filter(pc.invert(hit))), (qpath, q.take(pc.sort_indices(q["source_row"])))):
-        tmp = path.with_name("data.parquet.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)  # replaces the link, never writes through it
-    return moved.num_rows
+    ids = pa.array(sorted({t for t, _ in dups}), pa.string())
+    src = pq.ParquetFile(tpath, pre_buffer=False)
+    tmp_t, tmp_q = tpath.with_name("data.parquet.tmp"), qpath.with_name("data.parquet.tmp")
+    moved = 0
+    with pq.ParquetWriter(tmp_t, src.schema_arrow, use_dictionary=_dictionary_columns(src.schema_arrow)) as wt, \
+            pq.ParquetWriter(tmp_q, QUARANTINE_SCHEMA) as wq:
+        for b in pq.ParquetFile(qpath, pre_buffer=False).iter_batches(batch_size=batch_rows):
+            wq.write_batch(b)
+        for b in src.iter_batches(batch_size=batch_rows):
+            hit = pc.is_in(b.column("text_id"), value_set=ids)
+            wt.write_batch(b.filter(pc.invert(hit)))
+            dup = b.filter(hit)
+            if dup.num_rows:
+                moved += dup.num_rows
+                wq.write_table(pa.table({
+                    "source_uri": dup.column("source_uri"), "source_row": dup.column("source_row"),
+                    "field": pa.array(["text_id"] * dup.num_rows, pa.string()),
+                    "reason": pa.array(["duplicate_key"] * dup.num_rows, pa.string()), "raw": dup.column("text"),
+                }, schema=QUARANTINE_SCHEMA))
+    os.replace(tmp_t, tpath)  # replaces the link, never writes through it
+    os.replace(tmp_q, qpath)
+    return moved
 
 
 def ingest_corpus(shards: list[Shard], cfg, out: Path, cache: Path,
@@ -464,7 +473,7 @@ def ingest_corpus(shards: list[Shard], cfg, out: Path, cache: Path,
     for r in ok:
         r.counts = dict(r.counts)
         if r.shard.id in cross:
-            moved = _quarantine_cross(out, r.shard.id, cross[r.shard.id])
+            moved = _quarantine_cross(out, r.shard.id, cross[r.shard.id], cfg.batch_rows)
             r.counts["kept"] -= moved
             r.counts["quarantined"] += moved
             r.counts["quarantined_duplicate_key"] = r.counts.get("quarantined_duplicate_key", 0) + moved
