@@ -184,6 +184,9 @@ def ingest(
     out: Path | None = typer.Option(None, "--out", help="output folder (default: the store, .platonic/artifacts/ingest/<key>)"),
     config: Path | None = typer.Option(None, "--config", help="take the ingest section from this recipe"),
     sets: list[str] = typer.Option([], "--set", help="override a field, e.g. ingest.text_columns={caption: alt}"),
+    id_column: str | None = typer.Option(None, "--id-column", help="the image id column (jsonl/wds; default per format)"),
+    text_column: list[str] = typer.Option([], "--text-column", help="COLUMN=KIND, e.g. caption=alt (repeatable)"),
+    index_column: str | None = typer.Option(None, "--index-column", help="a per-row text index (several rows per image)"),
     revision: str | None = typer.Option(None, "--revision", help="hub sources: the revision to pin"),
     include: list[str] = typer.Option([], "--include", help="only shards matching this pattern (repeatable)"),
     force: bool = typer.Option(False, "--force", help="re-run the stage even on a cache hit (shards stay cached)"),
@@ -199,6 +202,9 @@ def ingest(
         overrides = [f"ingest.source={fmt}", f"ingest.paths={json.dumps(sources)}",
                      *([f"ingest.revision={json.dumps(revision)}"] if revision else []),
                      *([f"ingest.allow_patterns={json.dumps(include)}"] if include else []),
+                     *([f"ingest.id_column={json.dumps(id_column)}"] if id_column else []),
+                     *([f"ingest.index_column={json.dumps(index_column)}"] if index_column else []),
+                     *([f"ingest.text_columns={json.dumps(_column_map(text_column))}"] if text_column else []),
                      *sets, *([f"out_dir={out_dir}"] if out_dir else [])]
         if fmt not in ("recap", "wds", "coco", "jsonl"):
             raise ConfigError(f"--format must be recap, wds, coco or jsonl, not {fmt!r}")
@@ -219,6 +225,16 @@ def ingest(
             _print_ingest(report, Path(m.uri))
         if failed is not None:
             fail(str(failed), 1)
+
+
+def _column_map(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        col, sep, kind = item.partition("=")
+        if not sep or not col or not kind:
+            raise ConfigError(f"--text-column {item!r}: expected COLUMN=KIND, e.g. caption=alt")
+        out[col] = kind
+    return out
 
 
 def _print_ingest(report: dict, out: Path) -> None:
@@ -260,13 +276,19 @@ app.add_typer(corpus_app, name="corpus")
 
 
 def latest_ingest(out_dir: str) -> Path:
-    """The most recent complete ingest artifact in the store."""
+    """The most recent ingest output: artifacts in the store, or the folder the last
+    `platonic ingest --out DIR` wrote (noted in the store)."""
     found = []
-    for mf in (Path(out_dir) / "artifacts" / "ingest").glob("*/manifest.json"):
+    root = Path(out_dir) / "artifacts" / "ingest"
+    pointer = root / "latest-out.txt"
+    outside = [Path(pointer.read_text().strip()) / "manifest.json"] if pointer.is_file() else []
+    for mf in [*root.glob("*/manifest.json"), *outside]:
         try:
             found.append((json.loads(mf.read_text()).get("created_at", 0.0), mf.parent))
         except (OSError, ValueError):
             continue
+    if not found and outside and (outside[0].parent / "catalog.duckdb").is_file():  # stage incomplete
+        return outside[0].parent
     if not found:
         raise FileNotFoundError(f"no ingest artifact under {Path(out_dir) / 'artifacts' / 'ingest'}; "
                                 "run `platonic ingest` or pass --dir")

@@ -85,6 +85,16 @@ def ingest(cfg, world_m, mode, ctx, folder: Path | None = None):
     return m
 
 
+LATEST = "latest-out.txt"
+
+
+def remember(store_root: Path, folder: Path) -> None:
+    """Note an ingest output outside the store, so `platonic corpus stats` finds it."""
+    p = Path(store_root) / "ingest" / LATEST
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(str(Path(folder).resolve()))
+
+
 def ingest_standalone(cfg, out: Path | None = None, force: bool = False) -> Manifest:
     """`platonic ingest`: the ingest stage alone, outside Prefect, under its own MLflow
     parent run (the stage's nested run carries params, counts, inputs, the manifest)."""
@@ -99,10 +109,12 @@ def ingest_standalone(cfg, out: Path | None = None, force: bool = False) -> Mani
     try:
         tracking.log_params(c, parent, tracking.flatten({"ingest": cfg.ingest.model_dump(mode="json")}))
         m = ingest.fn(cfg, None, FORCE if force else RUN, ctx, folder=out)
+        remember(ctx.store.root, Path(m.uri))
         tracking.log_metrics(c, parent, m.counts)
         c.set_terminated(parent, "FINISHED")
         return m
     except IngestFailed as e:
+        remember(ctx.store.root, Path(e.manifest.uri))
         tracking.log_metrics(c, parent, e.manifest.counts)
         c.set_terminated(parent, "FAILED")
         raise

@@ -503,11 +503,25 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     c = json.loads(r.stdout)["counts"]
     assert (c["shards_cached"], c["shards_ingested"], c["kept"]) == (1, 1, 8)
     assert (out / "manifest.json").is_file()
-    r = CliRunner().invoke(app, ["corpus", "stats", "--dir", str(out), "--json"])
+    r = CliRunner().invoke(app, ["corpus", "stats", "--out-dir", str(store), "--json"])  # the latest: DIR
     assert r.exit_code == 0, r.output
     stats = json.loads(r.stdout)
     assert {s["source_kind"]: s["texts"] for s in stats["sources"]} == {"alt": 2, "recap": 6}
     assert stats["quarantine"] == [{"reason": "empty_text", "field": "org_caption", "texts": 1}]
+    assert stats["dir"] == str(out.resolve())
+    # a JSON-array file with its own column names, mapped on the command line
+    (tmp_path / "caps.json").write_text(json.dumps([{"img": "p", "n": 0, "cap": "a plane"},
+                                                    {"img": "p", "n": 1, "cap": "an aircraft"}]))
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "caps.json"), "--format", "jsonl", "--id-column", "img",
+                                 "--index-column", "n", "--text-column", "cap=caption", "--out-dir", str(store),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["counts"]["kept"] == 2 and rep["out"].startswith(str(store.resolve() / "artifacts" / "ingest"))
+    r = CliRunner().invoke(app, ["corpus", "stats", "--out-dir", str(store), "--json"])
+    assert json.loads(r.stdout)["sources"][0]["source_kind"] == "caption"
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "caps.json"), "--format", "jsonl", "--text-column", "cap"])
+    assert r.exit_code == 2 and "expected COLUMN=KIND" in r.stderr
     r = CliRunner().invoke(app, ["ingest", str(tmp_path / "missing"), "--format", "recap", "--out-dir", str(store)])
     assert r.exit_code == 2 and "missing: no such file or folder" in r.stderr
     assert duckdb.__version__  # the catalog is plain DuckDB
@@ -534,3 +548,16 @@ def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_har
     assert (Path(ing["uri"]) / "texts" / "shard=train-00000" / "data.parquet").is_file()
     with pytest.raises(StageUnavailable, match="ingest of the recap corpus is done"):
         pipeline(cfg.model_dump(mode="json"))
+
+
+def test_vectorised_whitespace_rule_is_pythons():
+    """`normalize_whitespace` (RE2, vectorised) == `" ".join(t.split())` for every code
+    point Python calls whitespace, and leaves the others alone."""
+    from platonic_core.data.ingest import check_texts, normalize_whitespace
+
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    probes = [f"a{s}b" for s in spaces] + [f"{s}a{s}{s}b{s}" for s in spaces] + ["a\u200bb", "a_b", "a\u00adb"]
+    got = normalize_whitespace(pa.array(probes)).to_pylist()
+    assert got == [" ".join(p.split()) for p in probes]
+    reasons, norm = check_texts(pa.array([" ".join(spaces), "ok", None]), 100)
+    assert reasons.to_pylist() == ["empty_text", None, "missing_field"]

@@ -1,7 +1,9 @@
 """Ingest: a source -> normalised text Parquet + image index + DuckDB catalog.
 
 Every input row is kept or quarantined with a reason; `in == kept + quarantined`.
-The demo's source is the synthetic world; readers for real corpora plug in here.
+This module holds the text rules (`check_texts`, vectorised; `check_text`, one value) and
+the synthetic world's ingest; real corpora go through `readers.py` and `corpus.py`, which
+apply the same rules shard by shard.
 """
 
 from __future__ import annotations

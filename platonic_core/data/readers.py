@@ -87,7 +87,7 @@ EXTENSIONS = {
     "recap": (".parquet",),
     "wds": (".tar", ".tar.gz", ".tgz"),
     "coco": (".json",),
-    "jsonl": (".jsonl", ".ndjson", ".csv", ".tsv"),
+    "jsonl": (".jsonl", ".ndjson", ".json", ".csv", ".tsv"),
 }
 HUB_PATTERNS = {"recap": ["data/train_data/*.parquet"], "wds": ["*.tar"], "coco": ["*.json"], "jsonl": ["*.jsonl"]}
 
@@ -688,7 +688,8 @@ def _top_level_keys(uri: str) -> set[str]:
 
 
 class JsonlReader(Reader):
-    """One input row per line (JSONL) or record (CSV/TSV, header row first). Columns by
+    """One input row per line (JSONL), item (a file holding one JSON array) or record
+    (CSV/TSV, header row first). Columns by
     name: `id_column` (default image_id), `text_columns` (default {text: alt}),
     `index_column` for several rows per image (e.g. a caption id). A line that is not a
     JSON object is quarantined (schema_mismatch) with its raw bytes."""
@@ -727,6 +728,12 @@ class JsonlReader(Reader):
                             yield {h: (v if v != "" else None) for h, v in zip(header, rec, strict=True)}, None
                 except csv.Error as e:
                     raise ShardError(f"{shard.uri}: line {reader.line_num}: corrupt CSV ({e})") from None
+                return
+            head = fh.read(64)
+            fh.seek(0)
+            if head.lstrip()[:1] == b"[":  # a JSON array of records, streamed item by item
+                for rec in _JsonStream(fh, shard.uri)._items():
+                    yield (rec, None) if isinstance(rec, dict) else (None, json.dumps(rec, ensure_ascii=False))
                 return
             for line in fh:
                 s = line.decode("utf-8", "surrogateescape").strip()
