@@ -382,7 +382,7 @@ def _cross_shard_duplicates(out: Path, order: list[str]) -> dict[str, list[tuple
     con = duckdb.connect()
     try:
         con.execute("SET memory_limit='512MB'")
-        con.execute(f"SET temp_directory='{(out / '.duckdb_tmp').as_posix()}'")
+        con.execute("SET temp_directory = ?", [(out / '.duckdb_tmp').as_posix()])
         con.execute("SET preserve_insertion_order=false")
         rows = con.execute(sql("cross_shard_duplicates", texts=str(out / "texts" / "*" / "*.parquet"))).fetchall()
     finally:
