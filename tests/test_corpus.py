@@ -469,9 +469,12 @@ def test_plan_for_a_real_corpus_needs_no_world():
 
 
 def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
+    # Prefect binds its log handlers to the streams of its import: import it before CliRunner
+    # swaps (and then closes) stdout/stderr, as a real process does
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
+    import tasks.ingest  # noqa: F401
     from platonic_core.cli import app
 
     src = tmp_path / "src"
