@@ -31,6 +31,10 @@ from tasks.world import world
 from .common import parent_run
 
 
+class StageUnavailable(RuntimeError):
+    """The recipe asks for a stage this source cannot feed (real corpora stop after ingest)."""
+
+
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: dict, only: str | None = None, from_stage: str | None = None, force: list[str] | None = None) -> dict:
     cfg = PipelineConfig.model_validate(config)
@@ -54,6 +58,13 @@ def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> d
 
     run("world", world)
     run("ingest", ingest, m.get("world"))
+    downstream = [i for i, mode in modes.items() if mode != SKIP and i not in ("world", "ingest")]
+    if cfg.ingest.source != "world" and downstream:
+        raise StageUnavailable(
+            f"ingest of the {cfg.ingest.source} corpus is done ({m['ingest'].uri if 'ingest' in m else 'not run'}); "
+            f"the stages after it ({', '.join(downstream[:3])}, ...) need a positives backend and images for a "
+            "real corpus, which the 'world' backend cannot provide: run `--only ingest` or "
+            "`platonic ingest` for real corpora")
     run("positives", positives, m.get("ingest"), m.get("world"))
     run("dedup", dedup, m.get("positives"), m.get("ingest"))
     run("views", views, m.get("dedup"))

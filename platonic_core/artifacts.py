@@ -115,14 +115,34 @@ class ArtifactStore:
         tmp.mkdir(parents=True)
         return tmp
 
-    def commit(self, tmp: Path, manifest: Manifest) -> Manifest:
-        final = self.folder(manifest.stage, manifest.cache_key)
+    @staticmethod
+    def lookup_at(folder: Path, cache_key: str) -> Manifest | None:
+        """The artifact in a folder of the user's choosing, if complete and of this key."""
+        if not (Path(folder) / MANIFEST).is_file():
+            return None
+        m = Manifest.read(Path(folder))
+        return m if m.cache_key == cache_key else None
+
+    @staticmethod
+    def in_place(folder: Path) -> Path:
+        """Make `folder` the working folder of a stage that resumes where it stopped (its
+        earlier files stay): the manifest goes first, so the folder reads as incomplete."""
+        folder = Path(folder).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MANIFEST).unlink(missing_ok=True)
+        return folder
+
+    def commit(self, tmp: Path, manifest: Manifest, dest: Path | None = None) -> Manifest:
+        """Move the staging folder into place (or, for `in_place` work, leave it where it
+        is) and write the manifest last."""
+        final = Path(dest).resolve() if dest is not None else self.folder(manifest.stage, manifest.cache_key)
         manifest.uri = str(final)
         manifest.digest = folder_digest(tmp)
         manifest.schema = describe_schema(tmp)
         manifest.created_at = time.time()
-        if final.exists():  # a forced re-run replaces the previous artifact
-            shutil.rmtree(final)
-        tmp.rename(final)
+        if final != Path(tmp).resolve():
+            if final.exists():  # a forced re-run replaces the previous artifact
+                shutil.rmtree(final)
+            tmp.rename(final)
         (final / MANIFEST).write_text(manifest.to_json())
         return manifest

@@ -63,8 +63,38 @@ class WorldConfig(Section):
 
 
 class IngestConfig(Section):
-    source: Literal["world"] = "world"
+    """Where texts come from. `world` (default) ingests the synthetic world; the others
+    read real corpora shard by shard (platonic_core/data/readers.py):
+
+    - recap: Recap-DataComp-1B parquet (org_caption -> alt; re_caption and, when present,
+      re_caption_condition_diverse_topk -> recap; key = image id)
+    - wds: webdataset tars (`txt` and/or `json.<field>` texts; images located, not decoded)
+    - coco: Karpathy dataset_{coco,flickr30k}.json or COCO captions_*.json
+    - jsonl: JSON lines or CSV/TSV, columns mapped by `id_column`, `text_columns`
+
+    `paths`: files, folders, globs, fsspec URIs or `hf://datasets/<org>/<name>[@rev]`.
+    """
+
+    source: Literal["world", "recap", "wds", "coco", "jsonl"] = "world"
+    paths: list[str] = []
+    revision: str | None = None  # hub sources: the revision (commit, tag, branch) to pin
+    allow_patterns: list[str] = []  # a subset of shards (fnmatch on the path in the folder/repo)
+    id_column: str | None = None  # the image id (default: recap `key`, wds the sample key, jsonl `image_id`)
+    text_columns: dict[str, str] = {}  # column -> source kind (default: per format)
+    index_column: str | None = None  # a per-row text index, for several rows per image (caption ids)
     max_text_chars: int = Field(1000, ge=8)
+    batch_rows: int = Field(32768, ge=1)  # input rows per batch: bounds memory per shard
+    workers: int = Field(1, ge=1)  # shards ingested in parallel (processes; memory scales with it)
+
+    @model_validator(mode="after")
+    def _check_source(self) -> IngestConfig:
+        if self.source == "world" and self.paths:
+            raise ValueError("paths are read by corpus sources (recap, wds, coco, jsonl), not by source 'world'")
+        kinds = {"alt", "recap", "paraphrase", "caption"}
+        for col, kind in self.text_columns.items():
+            if kind not in kinds:
+                raise ValueError(f"text_columns.{col}: source kind {kind!r} is not one of {sorted(kinds)}")
+        return self
 
 
 class PositivesConfig(Section):

@@ -32,8 +32,11 @@ SPECS: dict[str, StageSpec] = {
     for s in [
         StageSpec("world", 1, ("world",), (), ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"),
                   "generate the synthetic world: scenes, image renders, alt-texts, eval captions"),
-        StageSpec("ingest", 1, ("ingest",), ("world",), ("corpus.parquet", "eval.parquet", "images.parquet", "quarantine.parquet", "catalog.duckdb"),
-                  "normalise the source into Parquet (one row per text) + a DuckDB catalog; bad rows quarantined"),
+        StageSpec("ingest", 2, ("ingest",), ("{ingest_input}",),
+                  ("corpus.parquet", "eval.parquet", "images.parquet", "quarantine.parquet", "catalog.duckdb",
+                   "(corpora: texts/, quarantine/, images/ shard=<id> partitions, shards.parquet)"),
+                  "normalise the source (the world, or a real corpus shard by shard) into Parquet, one row per "
+                  "text, + a DuckDB catalog; bad rows quarantined with a reason"),
         StageSpec("positives", 1, ("positives",), ("ingest", "world"), ("texts.parquet", "failures.parquet"),
                   "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)"),
         StageSpec("dedup", 1, ("dedup",), ("positives", "ingest"), ("texts.parquet", "removed.parquet", "report.json"),
@@ -81,7 +84,10 @@ class StageInstance:
         """The upstream instance ids (pipeline stages)."""
         out = []
         for i in self.spec().inputs:
-            if i == "{train_input}":
+            if i == "{ingest_input}":
+                if cfg.ingest.source == "world":  # a real corpus is read from its files
+                    out.append("world")
+            elif i == "{train_input}":
                 kind = cfg.train.models[self.model].kind
                 out.append("world" if kind == "image_jepa" else "views")
             elif i == "{eval_input}":

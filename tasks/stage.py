@@ -69,19 +69,26 @@ def execute(
     ctx: RunContext,
     compute: Callable[[Path, str], tuple[dict, dict]],
     log_files: tuple[str, ...] = (),
+    folder: Path | None = None,
 ) -> Manifest:
-    """Run (or reuse) one stage instance and return its manifest. `compute(out, run_id)`."""
+    """Run (or reuse) one stage instance and return its manifest. `compute(out, run_id)`.
+
+    `folder`: the artifact lives there instead of the store, and `compute` works in it in
+    place (a resumable stage keeps what an earlier run finished). An artifact whose counts
+    report failed shards is incomplete: never a cache hit, so a rerun retries them."""
     key = cache_key(inst, cfg, {n: m.digest for n, m in inputs.items()})
     if mode != FORCE and (key, inst.id) in ctx.resolved:
         return ctx.resolved[(key, inst.id)]
-    manifest = _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key)
+    manifest = _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key, folder)
     ctx.resolved[(key, inst.id)] = manifest
     return manifest
 
 
-def _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key) -> Manifest:
+def _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key, folder) -> Manifest:
     store, c, log = ctx.store, ctx.client, _logger()
-    hit = store.lookup(inst.id, key)
+    hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
+    if hit is not None and hit.counts.get("shards_failed"):
+        hit = None
     if hit is None and mode == CACHED_ONLY:
         raise UpstreamNotCached(
             f"stage {inst.id} has no cached artifact for this config (cache key {key}); "
@@ -108,7 +115,7 @@ def _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key) -> Manifest:
             return hit
         log.info("%-14s running    %s%s", inst.id, key, " (forced)" if hit is not None else "")
         t0 = time.perf_counter()
-        tmp = store.staging(inst.id, key)
+        tmp = store.staging(inst.id, key) if folder is None else store.in_place(folder)
         counts, stats = compute(tmp, run_id)
         stats = {**stats, "seconds": round(time.perf_counter() - t0, 3)}
         manifest = store.commit(tmp, Manifest(
@@ -116,7 +123,7 @@ def _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key) -> Manifest:
             schema={}, config=inst.config_slice(cfg), upstream={n: m.cache_key for n, m in inputs.items()},
             upstream_digests={n: m.digest for n, m in inputs.items()},
             upstream_runs={n: m.producer_run_id for n, m in inputs.items()}, stats=stats, producer_run_id=run_id,
-        ))
+        ), dest=folder)
         tracking.set_tags(c, run_id, {"platonic.cache_hit": "false", "platonic.producer_run_id": run_id,
                                       "platonic.digest": manifest.digest})
         tracking.log_metrics(c, run_id, {**counts, **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})

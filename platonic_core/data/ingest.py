@@ -1,7 +1,9 @@
 """Ingest: a source -> normalised text Parquet + image index + DuckDB catalog.
 
 Every input row is kept or quarantined with a reason; `in == kept + quarantined`.
-The demo's source is the synthetic world; readers for real corpora plug in here.
+This module holds the text rules (`check_texts`, vectorised; `check_text`, one value) and
+the synthetic world's ingest; real corpora go through `readers.py` and `corpus.py`, which
+apply the same rules shard by shard.
 """
 
 from __future__ import annotations
@@ -9,27 +11,86 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .catalog import build_catalog, corpus_stats
 from .schema import QUARANTINE_SCHEMA, text_table
 
+# Whitespace as Python's str.split() sees it (Unicode separators, C0 separators, NEL),
+# written for RE2 so the rule runs vectorised over Arrow arrays.
+_WS = r"[\s\p{Z}\x{85}\x{0b}\x{1c}-\x{1f}]"
+_NEEDS_NORMALISING = rf"{_WS}{_WS}|^{_WS}|{_WS}$|[^ \PZ]|[\t\n\r\f\x{{85}}\x{{0b}}\x{{1c}}-\x{{1f}}]"
+
+
+def utf8_valid(values: pa.Array) -> pa.Array:
+    """Per value: is it valid UTF-8 (nulls stay null)? Arrow has no per-value kernel, so the
+    whole array is validated at once (the common case) and only an invalid one is checked
+    value by value."""
+    as_str = values.view(pa.string()) if pa.types.is_binary(values.type) else values
+    try:
+        as_str.validate(full=True)
+        return pc.is_valid(values)  # true where non-null
+    except pa.ArrowInvalid:
+        raw = values.view(pa.binary()) if pa.types.is_string(values.type) else values
+
+        def ok(b: bytes | None) -> bool | None:
+            if b is None:
+                return None
+            try:
+                b.decode("utf-8")
+                return True
+            except UnicodeDecodeError:
+                return False
+
+        return pa.array([ok(b) for b in raw.to_pylist()], pa.bool_())
+
+
+def normalize_whitespace(texts: pa.Array) -> pa.Array:
+    """Runs of whitespace -> one space, trimmed: `" ".join(t.split())`, vectorised. Only
+    the values that need it go through the (slow) regex replace. Input must be valid UTF-8."""
+    texts = texts.cast(pa.string()) if not pa.types.is_string(texts.type) else texts
+    needs = pc.fill_null(pc.match_substring_regex(texts, _NEEDS_NORMALISING), False)
+    if not pc.any(needs).as_py():
+        return texts
+    fixed = pc.utf8_trim(pc.replace_substring_regex(texts.filter(needs), _WS + "+", " "), " ")
+    return pc.replace_with_mask(texts, needs, fixed)
+
+
+def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
+    """(reason each text is rejected or null, the text with whitespace normalised), both
+    vectorised; `texts` is string or binary (undecoded bytes). The rules, in order:
+    missing_field (null), invalid_utf8, empty_text (whitespace only), over_long_text
+    (> max_chars characters). Normalised texts are null where the bytes are not UTF-8."""
+    valid = utf8_valid(texts)
+    as_str = texts.view(pa.string()) if pa.types.is_binary(texts.type) else texts
+    clean = pc.if_else(pc.fill_null(valid, False), as_str, pa.scalar(None, pa.string()))
+    normalised = normalize_whitespace(clean)
+    reason = pc.case_when(
+        pc.make_struct(pc.is_null(texts), pc.invert(pc.fill_null(valid, True)),
+                       pc.equal(pc.binary_length(normalised), 0), pc.greater(pc.utf8_length(clean), max_chars)),
+        "missing_field", "invalid_utf8", "empty_text", "over_long_text",
+    )
+    return reason, normalised
+
+
+def text_reasons(texts: pa.Array, max_chars: int) -> pa.Array:
+    """The reason each text is rejected (null: fine): see `check_texts`."""
+    return check_texts(texts, max_chars)[0]
+
 
 def check_text(text, max_chars: int) -> str | None:
-    """The reason a text is rejected, or None if it is fine."""
+    """The reason one text is rejected, or None if it is fine: the scalar form of
+    `text_reasons` (plus `schema_mismatch` for a value that is not a string)."""
     if text is None:
         return "missing_field"
     if not isinstance(text, str):
         return "schema_mismatch"
-    if not text.strip():
-        return "empty_text"
-    if len(text) > max_chars:
-        return "over_long_text"
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: undecodable bytes read with surrogateescape
         return "invalid_utf8"
-    return None
+    return text_reasons(pa.array([data], pa.binary()), max_chars)[0].as_py()
 
 
 def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict[str, int]:
@@ -41,9 +102,12 @@ def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict
     seen: set[str] = set()
     for fname, kind, sink in (("alt_texts.parquet", "alt", rows), ("eval_captions.parquet", "eval", eval_rows)):
         uri = f"{source}/{fname}"
-        t = pq.read_table(world_dir / fname).to_pydict()
-        for r, (sid, text) in enumerate(zip(t["scene_id"], t["text"], strict=True)):
-            reason = "missing_field" if not sid else check_text(text, cfg.max_text_chars)
+        table = pq.read_table(world_dir / fname)
+        reasons, normalised = check_texts(table["text"].combine_chunks(), cfg.max_text_chars)
+        t = table.to_pydict()
+        for r, (sid, text, text_reason, norm) in enumerate(zip(t["scene_id"], t["text"], reasons.to_pylist(),
+                                                              normalised.to_pylist(), strict=True)):
+            reason = "missing_field" if not sid else text_reason
             text_id = f"{sid}:{kind}:0"
             if reason is None and text_id in seen:
                 reason = "duplicate_key"
@@ -51,7 +115,7 @@ def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict
                 quarantine.append({"source_uri": uri, "source_row": r, "field": "text", "reason": reason, "raw": None if text is None else str(text)})
                 continue
             seen.add(text_id)
-            sink.append({"image_id": sid, "text_id": text_id, "source_kind": kind, "text": " ".join(text.split()),
+            sink.append({"image_id": sid, "text_id": text_id, "source_kind": kind, "text": norm,
                          "source_uri": uri, "source_row": r})
     if not eval_rows:
         raise ValueError(f"ingest: every eval caption in {world_dir / 'eval_captions.parquet'} was quarantined "
