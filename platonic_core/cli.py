@@ -7,6 +7,7 @@
     platonic align A B [--metric M] [--k 10]     alignment between two feature files
     platonic compare CONFIG [--json]             text models x vision encoders x eval sets
     platonic stand-ins [DIR]                     tiny local models for configs/compare_tiny.yaml
+    platonic audit --corpus PATH --eval SPEC ... contamination audit: exact, near-duplicate, embedding
 
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
 Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
@@ -162,6 +163,44 @@ def compare(
     else:
         typer.echo((Path(results["output_dir"]) / "table.md").read_text())
         typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+@app.command()
+def audit(
+    corpus: list[str] = typer.Option(..., "--corpus", help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)"),
+    evals: list[str] = typer.Option(..., "--eval", help="wit_1024 | prh:SOURCE | coco_karpathy:JSON[@split] | flickr_karpathy:JSON[@split] "
+                                    "| coco_captions:JSON | world:DIR | captions:FILE (repeatable)"),
+    levels: str = typer.Option("exact,near", "--levels", help="comma-separated: exact, near, embed"),
+    sets: list[str] = typer.Option([], "--set", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."),
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="where artifacts and MLflow live"),
+    force: bool = typer.Option(False, "--force", help="re-run even if this audit is cached"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """Contamination audit: which eval captions (and images) have a match in a training corpus, per level."""
+    from pydantic import ValidationError
+
+    from .config import AuditConfig, _format_validation_error, apply_overrides
+
+    with _reported_errors():
+        raw = apply_overrides({"corpus": corpus, "eval": evals, "out_dir": out_dir,
+                               "levels": [lv.strip() for lv in levels.split(",") if lv.strip()]}, sets)
+        try:
+            cfg = AuditConfig.model_validate(raw)
+        except ValidationError as e:
+            raise ConfigError(_format_validation_error(e, "audit")) from None
+        _embedded_defaults()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from flows.audit import audit_flow
+
+            results = audit_flow(cfg.model_dump(mode="json"), force=force)
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+    else:
+        typer.echo((Path(results["output_dir"]) / "summary.md").read_text())
+        typer.echo(f"matches: {results['output_dir']}/matches.parquet   artifact: {results['artifact']}"
+                   + ("   (cached)" if results["cache_hit"] else ""))
+        typer.echo(f"MLflow run id: {results['run_id']}")
 
 
 @app.command("stand-ins")

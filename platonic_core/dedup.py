@@ -69,7 +69,7 @@ def corpus_files(specs: Iterable[str | Path]) -> list[Path]:
         p = Path(spec)
         if p.is_dir():
             named = [p / f for f in ("corpus.parquet", "texts.parquet") if (p / f).is_file()]
-            found = named[:1] if (p / "manifest.json").is_file() and named else sorted(p.rglob("*.parquet"))
+            found = named[:1] or sorted(p.rglob("*.parquet"))
         elif p.is_file():
             found = [p]
         else:
@@ -217,7 +217,7 @@ def embed_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
         x = encode(batch.column("text").to_pylist(), tok, model, cfg.batch_size, cfg.max_length)
         lims, sims, ids = index.range_search(x, float(cfg.threshold) - 1e-6)
         if len(ids):
-            c = np.repeat(np.arange(batch.num_rows), np.diff(lims))
+            c = np.repeat(np.arange(batch.num_rows), np.diff(lims).astype(np.int64))
             out.append(_pairs(ev.take(ids), pa.Table.from_batches([batch]).take(c), "embed",
                               np.minimum(sims, 1.0).astype(float).tolist()))
     stats["embed_texts"] = n
@@ -329,18 +329,23 @@ def audit_metrics(summary: dict) -> dict[str, int]:
 # ---- the pipeline stage ------------------------------------------------------------------
 
 
-def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval") -> dict[str, int]:
+def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval",
+          stats: dict | None = None) -> dict[str, int]:
     """Audit `texts` against the eval split, remove per the policy, write the cleaned corpus.
 
     Writes texts.parquet (kept, input order and columns), removed.parquet (+ eval_set,
     eval_text_id, reason), matches.parquet / summary.json / summary.md (the audit) and
-    report.json. Counts: in == kept + removed; removed == sum of removed_<reason>."""
+    report.json. Counts: in == kept + removed; removed == sum of removed_by_<reason>.
+    Timings go to `stats` (if given), never into the content files, so a re-run writes the
+    same bytes."""
     evals = eval_from_text_table(eval_texts, eval_name)
     files = corpus_files([texts])
     con = _connect(files, evals, cfg.levels)
     try:
-        stats = _run_levels(con, cfg, enabled=cfg.enabled)  # disabled: nothing audited or removed
-        summary = _summary(con, cfg, stats)
+        timings = _run_levels(con, cfg, enabled=cfg.enabled)  # disabled: nothing audited or removed
+        if stats is not None:
+            stats.update(timings)
+        summary = _summary(con, cfg, {})
         matches = con.sql("SELECT * FROM matches").to_arrow_table().cast(MATCH_SCHEMA)
         remove = ", ".join(f"'{lv}'" for lv in cfg.remove) or "NULL"
         con.execute(sql("dedup_remove", policy=cfg.policy).replace("{remove}", remove))
@@ -388,5 +393,6 @@ def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval"
     assert counts["in"] == counts["kept"] + counts["removed"], counts
     assert counts["removed"] == sum(reasons.values()), counts
     (out / "report.json").write_text(json.dumps({"policy": cfg.policy, "levels": list(cfg.levels),
-                                                 "remove": list(cfg.remove), **counts, "audit": summary}, indent=1))
+                                                 "remove": list(cfg.remove), **counts,
+                                                 "audit": {k: v for k, v in summary.items() if k != "stats"}}, indent=1))
     return counts

@@ -51,9 +51,11 @@ class EvalSet:
 
 
 def load_prh(source: str = "minhuh/prh", revision: str | None = "wit_1024", split: str = "train",
-             caption_index: int = 0) -> EvalSet:
+             caption_index: int = 0, all_captions: bool = False) -> EvalSet:
     """The PRH evaluation sets (`image`: PIL, `text`: list of captions). `source` is a hub
-    dataset id (revision pinned) or a local Parquet file/folder in the same format."""
+    dataset id (revision pinned) or a local Parquet file/folder in the same format.
+    Caption `caption_index` of each image (alignment), or with `all_captions` every caption
+    of its list (the contamination audit checks them all)."""
     import datasets
 
     p = Path(source)
@@ -71,15 +73,17 @@ def load_prh(source: str = "minhuh/prh", revision: str | None = "wit_1024", spli
             raise EvalSetError(f"{source}: missing field {col!r} (has {ds.column_names})")
     if not isinstance(ds.features["image"], datasets.Image):
         ds = ds.cast_column("image", datasets.Image())
-    captions, ids = [], []
+    captions, ids, owner = [], [], []
     for r, texts in enumerate(ds["text"]):
         if isinstance(texts, str):
             texts = [texts]
         if not texts or len(texts) <= caption_index or not str(texts[caption_index]).strip():
             raise EvalSetError(f"{source}: row {r}: field 'text' has no caption {caption_index}")
-        captions.append(str(texts[caption_index]))
         ids.append(f"{r:06d}")
-    return EvalSet(name, ids, captions, list(ids), lambda i: ds[int(i)]["image"])
+        chosen = [str(t) for t in texts if str(t).strip()] if all_captions else [str(texts[caption_index])]
+        captions += chosen
+        owner += [ids[-1]] * len(chosen)
+    return EvalSet(name, ids, captions, owner, lambda i: ds[int(i)]["image"])
 
 
 def _open(path: Path):
@@ -216,9 +220,9 @@ def load_eval_spec(spec: str) -> tuple[str, EvalSet]:
     A Karpathy PATH may end in `@split` (default test)."""
     kind, _, arg = spec.partition(":")
     if kind == "wit_1024" and not arg:
-        return "wit_1024", load_prh()
+        return "wit_1024", load_prh(all_captions=True)
     if kind == "prh":
-        return f"prh:{Path(arg).name or arg}", load_prh(arg or "minhuh/prh")
+        return f"prh:{Path(arg).name or arg}", load_prh(arg or "minhuh/prh", all_captions=True)
     if not arg:
         raise EvalSetError(f"eval set {spec!r}: expected one of {', '.join(EVAL_SPECS)}")
     if kind in ("coco_karpathy", "flickr_karpathy"):
