@@ -69,7 +69,9 @@ def corpus_files(specs: Iterable[str | Path]) -> list[Path]:
         p = Path(spec)
         if p.is_dir():
             named = [p / f for f in ("corpus.parquet", "texts.parquet") if (p / f).is_file()]
-            found = named[:1] or sorted(p.rglob("*.parquet"))
+            # a folder may hold other tables too (quarantine, image index): take the text ones
+            found = named[:1] or [f for f in sorted(p.rglob("*.parquet"))
+                                  if set(CORPUS_COLUMNS) <= set(pq.read_schema(f).names)]
         elif p.is_file():
             found = [p]
         else:
@@ -211,7 +213,8 @@ def embed_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
     index = faiss.IndexFlatIP(e.shape[1])
     index.add(e)
     n = 0
-    reader = con.sql(f"SELECT {', '.join((*CORPUS_COLUMNS, *PROVENANCE_COLUMNS))} FROM corpus").to_arrow_reader(8192)
+    reader = con.sql(f"SELECT {', '.join((*CORPUS_COLUMNS, *PROVENANCE_COLUMNS))} FROM corpus "
+                     "WHERE text IS NOT NULL").to_arrow_reader(8192)
     for batch in reader:
         n += batch.num_rows
         x = encode(batch.column("text").to_pylist(), tok, model, cfg.batch_size, cfg.max_length)
@@ -359,10 +362,10 @@ def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval"
     removed_parts = []
     schema = pq.read_schema(texts)
     extra = [("eval_set", pa.string()), ("eval_text_id", pa.string()), ("reason", pa.string())]
-    with pq.ParquetWriter(out / "texts.parquet", schema) as w:
+    gone_ids = pa.array(list(lookup), pa.string())
+    with pq.ParquetWriter(out / "texts.parquet", schema) as w:  # streamed: input order and columns kept
         for batch in pq.ParquetFile(texts).iter_batches(65536):
-            ids = batch.column("text_id")
-            mask = pc.is_in(ids, value_set=pa.array(list(lookup), pa.string()))
+            mask = pc.is_in(batch.column("text_id"), value_set=gone_ids)
             t = pa.Table.from_batches([batch], schema)
             w.write_table(t.filter(pc.invert(mask)))
             gone = t.filter(mask)

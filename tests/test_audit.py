@@ -144,6 +144,25 @@ def test_corpus_inputs_are_checked(tmp_path):
         corpus_files([tmp_path / "bad.parquet"])
     with pytest.raises(FileNotFoundError, match="no Parquet files"):
         corpus_files([str(tmp_path / "nothing-*.parquet")])
+    # a folder: its text-schema tables, not its other ones (quarantine, image index)
+    (tmp_path / "shards").mkdir()
+    for n in range(2):
+        pq.write_table(text_table([{"image_id": "i", "text_id": f"t{n}", "source_kind": "alt", "text": "..."}]),
+                       tmp_path / "shards" / f"part-{n}.parquet")
+    pq.write_table(pa.table({"reason": ["x"]}), tmp_path / "shards" / "quarantine.parquet")
+    files = corpus_files([tmp_path / "shards"])
+    assert [f.name for f in files] == ["part-0.parquet", "part-1.parquet"]
+    # punctuation-only texts normalise to "": they match nothing, not each other
+    evals = eval_table(dict([load_eval_spec(f"captions:{_write(tmp_path / 'e.txt', '!!!')}")]))
+    out = tmp_path / "out"
+    out.mkdir()
+    s = audit(files, evals, AuditConfig(corpus=["-"], eval=["-"]), out)
+    assert s["corpus_texts"] == 2 and s["eval_sets"]["captions:e"]["levels"]["near"]["captions"] == 0
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 # ---- the report: several eval sets, levels, provenance ------------------------------------
