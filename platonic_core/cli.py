@@ -168,8 +168,8 @@ def compare(
 @app.command()
 def audit(
     corpus: list[str] = typer.Option(..., "--corpus", help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)"),
-    evals: list[str] = typer.Option(..., "--eval", help="wit_1024 | prh:SOURCE | coco_karpathy:JSON[@split] | flickr_karpathy:JSON[@split] "
-                                    "| coco_captions:JSON | world:DIR | captions:FILE (repeatable)"),
+    evals: list[str] = typer.Option(..., "--eval", help="wit_1024 | prh:SOURCE | coco_karpathy:JSON | flickr_karpathy:JSON (test split; JSON@val for "
+                                    "another) | coco_captions:JSON | world:DIR | captions:FILE (repeatable)"),
     levels: str = typer.Option("exact,near", "--levels", help="comma-separated: exact, near, embed"),
     sets: list[str] = typer.Option([], "--set", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where artifacts and MLflow live"),
