@@ -12,6 +12,7 @@
     platonic stand-ins [DIR]                     tiny local models for configs/compare_tiny.yaml
     platonic ingest SOURCE... --format F [--out DIR] [--json]   a real corpus -> Parquet + DuckDB
     platonic corpus stats [--dir DIR] [--json]   texts per image, lengths, sources, quarantine
+    platonic audit --corpus PATH --eval SPEC ... contamination audit: exact, near-duplicate, embedding
 
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
 Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
@@ -266,6 +267,44 @@ def forecast(
         typer.echo(f"actual runs (not in the fit): {', '.join(f'{a:.4f}' for a in f['actual'])}  mean {f['actual_mean']:.4f}  "
                    f"error {f['error']:+.4f}  inside the interval: {f['actual_in_interval']}/{len(f['actual'])}")
     typer.echo(f"from MLflow run {run}")
+
+
+@app.command()
+def audit(
+    corpus: list[str] = typer.Option(..., "--corpus", help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)"),
+    evals: list[str] = typer.Option(..., "--eval", help="wit_1024 | prh:SOURCE | coco_karpathy:JSON | flickr_karpathy:JSON (test split; JSON@val for "
+                                    "another) | coco_captions:JSON | world:DIR | captions:FILE (repeatable)"),
+    levels: str = typer.Option("exact,near", "--levels", help="comma-separated: exact, near, embed"),
+    sets: list[str] = typer.Option([], "--set", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."),
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="where artifacts and MLflow live"),
+    force: bool = typer.Option(False, "--force", help="re-run even if this audit is cached"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """Contamination audit: which eval captions (and images) have a match in a training corpus, per level."""
+    from pydantic import ValidationError
+
+    from .config import AuditConfig, _format_validation_error, apply_overrides
+
+    with _reported_errors():
+        raw = apply_overrides({"corpus": corpus, "eval": evals, "out_dir": out_dir,
+                               "levels": [lv.strip() for lv in levels.split(",") if lv.strip()]}, sets)
+        try:
+            cfg = AuditConfig.model_validate(raw)
+        except ValidationError as e:
+            raise ConfigError(_format_validation_error(e, "audit")) from None
+        _embedded_defaults()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from flows.audit import audit_flow
+
+            results = audit_flow(cfg.model_dump(mode="json"), force=force)
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+    else:
+        typer.echo((Path(results["output_dir"]) / "summary.md").read_text())
+        typer.echo(f"matches: {results['output_dir']}/matches.parquet   artifact: {results['artifact']}"
+                   + ("   (cached)" if results["cache_hit"] else ""))
+        typer.echo(f"MLflow run id: {results['run_id']}")
 
 
 @app.command("stand-ins")

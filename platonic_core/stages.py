@@ -39,8 +39,11 @@ SPECS: dict[str, StageSpec] = {
                   "text, + a DuckDB catalog; bad rows quarantined with a reason"),
         StageSpec("positives", 1, ("positives",), ("ingest", "world"), ("texts.parquet", "failures.parquet"),
                   "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)"),
-        StageSpec("dedup", 1, ("dedup",), ("positives", "ingest"), ("texts.parquet", "removed.parquet", "report.json"),
-                  "remove training texts equal to an eval caption after normalisation"),
+        StageSpec("dedup", 2, ("dedup",), ("positives", "ingest"),
+                  ("texts.parquet", "removed.parquet", "matches.parquet", "eval.parquet", "summary.json", "summary.md",
+                   "report.json"),
+                  "contamination audit of the training texts against the eval split (exact after normalisation, "
+                  "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy"),
         StageSpec("views", 1, ("views",), ("dedup",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"),
                   "good views (texts of one image), texts for bad views / next-token, the shared tokenizer"),
         StageSpec("train", 1, ("seed", "train.models.{model}"), ("{train_input}",), ("model.safetensors", "model.json", "tokenizer.json"),
@@ -215,4 +218,13 @@ ABLATE_SPECS: dict[str, StageSpec] = {
     ]
 }
 
-FLOW_SPECS = {"pipeline": SPECS, "compare": COMPARE_SPECS, "ablate": ABLATE_SPECS}
+# ---- the contamination audit (`platonic audit`) -------------------------------------------
+
+AUDIT_SPECS: dict[str, StageSpec] = {
+    "audit": StageSpec("audit", 1, ("levels", "near", "embed"), ("corpus", "eval"),
+                       ("eval.parquet", "matches.parquet", "summary.json", "summary.md"),
+                       "contamination audit of any corpus against eval sets: exact, near-duplicate, embedding"),
+}
+
+
+FLOW_SPECS = {"pipeline": SPECS, "compare": COMPARE_SPECS, "ablate": ABLATE_SPECS, "audit": AUDIT_SPECS}

@@ -1,17 +1,10 @@
 -- Exact contamination: training texts whose normalised form equals an eval caption's.
--- Tables `train(text_id, image_id, source_kind, norm)` and `eval(text_id, image_id, norm)`
--- are registered by platonic_core.dedup.
-CREATE OR REPLACE TABLE matches AS
-SELECT t.text_id, t.image_id, t.source_kind, e.text_id AS eval_text_id, e.image_id AS eval_image_id
-FROM train AS t
-JOIN eval AS e ON t.norm = e.norm;
-
--- What the policy removes: the matching texts, or every text of an image with a match.
-CREATE OR REPLACE TABLE removed AS
-SELECT t.text_id,
-       any_value(m.eval_text_id) AS eval_text_id,
-       CASE WHEN bool_or(m.text_id = t.text_id) THEN 'exact_match' ELSE 'image_group_of_match' END AS reason
-FROM train AS t
-JOIN matches AS m
-  ON (CASE WHEN '{policy}' = 'drop_image' THEN m.image_id = t.image_id ELSE m.text_id = t.text_id END)
-GROUP BY t.text_id;
+-- `corpus(text_id, image_id, source_kind, text, source_uri, source_row)` is a view over the
+-- corpus Parquet (streamed, never loaded whole); `eval(eval_set, eval_text_id,
+-- eval_image_id, eval_text, norm)` holds the normalised eval captions (small: the hash
+-- join's build side). `platonic_norm` is platonic_core.dedup.normalize_text as a UDF.
+CREATE OR REPLACE TABLE exact_matches AS
+SELECT e.eval_set, e.eval_text_id, e.eval_image_id, e.eval_text, 'exact' AS level, 1.0::DOUBLE AS score,
+       c.text_id, c.image_id, c.source_kind, c.text, c.source_uri, c.source_row
+FROM corpus AS c
+JOIN (SELECT * FROM eval WHERE norm <> '') AS e ON platonic_norm(c.text) = e.norm;  -- "..." matches nothing

@@ -11,10 +11,13 @@ from .stage import execute
 
 @task(name="dedup", cache_policy=NO_CACHE)
 def dedup(cfg, positives_m, ingest_m, mode, ctx):
-    """Drop training texts equal (after normalisation) to an eval caption."""
+    """Audit the training texts against the eval split (per level), then apply the removal policy."""
 
     def compute(out, run_id):
-        return run_dedup(positives_m.path / "texts.parquet", ingest_m.path / "eval.parquet", cfg.dedup, out), {}
+        stats: dict = {}
+        counts = run_dedup(positives_m.path / "texts.parquet", ingest_m.path / "eval.parquet", cfg.dedup, out,
+                           eval_name="world", stats=stats)
+        return counts, stats
 
     return execute(StageInstance("dedup"), cfg, {"positives": positives_m, "ingest": ingest_m}, mode, ctx, compute,
-                   log_files=("report.json", "removed.parquet"))
+                   log_files=("report.json", "summary.md", "removed.parquet", "matches.parquet"))

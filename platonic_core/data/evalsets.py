@@ -51,9 +51,11 @@ class EvalSet:
 
 
 def load_prh(source: str = "minhuh/prh", revision: str | None = "wit_1024", split: str = "train",
-             caption_index: int = 0) -> EvalSet:
+             caption_index: int = 0, all_captions: bool = False) -> EvalSet:
     """The PRH evaluation sets (`image`: PIL, `text`: list of captions). `source` is a hub
-    dataset id (revision pinned) or a local Parquet file/folder in the same format."""
+    dataset id (revision pinned) or a local Parquet file/folder in the same format.
+    Caption `caption_index` of each image (alignment), or with `all_captions` every caption
+    of its list (the contamination audit checks them all)."""
     import datasets
 
     p = Path(source)
@@ -71,15 +73,17 @@ def load_prh(source: str = "minhuh/prh", revision: str | None = "wit_1024", spli
             raise EvalSetError(f"{source}: missing field {col!r} (has {ds.column_names})")
     if not isinstance(ds.features["image"], datasets.Image):
         ds = ds.cast_column("image", datasets.Image())
-    captions, ids = [], []
+    captions, ids, owner = [], [], []
     for r, texts in enumerate(ds["text"]):
         if isinstance(texts, str):
             texts = [texts]
         if not texts or len(texts) <= caption_index or not str(texts[caption_index]).strip():
             raise EvalSetError(f"{source}: row {r}: field 'text' has no caption {caption_index}")
-        captions.append(str(texts[caption_index]))
         ids.append(f"{r:06d}")
-    return EvalSet(name, ids, captions, list(ids), lambda i: ds[int(i)]["image"])
+        chosen = [str(t) for t in texts if str(t).strip()] if all_captions else [str(texts[caption_index])]
+        captions += chosen
+        owner += [ids[-1]] * len(chosen)
+    return EvalSet(name, ids, captions, owner, lambda i: ds[int(i)]["image"])
 
 
 def _open(path: Path):
@@ -133,3 +137,101 @@ def load_coco_captions(json_path: str | Path, image_root: str | Path) -> EvalSet
     anns = [data["annotations"][k] for k in order]
     return EvalSet(f"{json_path.stem}", ids, [str(a["caption"]).strip() for a in anns],
                    [str(a["image_id"]) for a in anns], lambda i: _open(paths[i]))
+
+
+def _no_image(i: int):
+    raise EvalSetError("this eval set has captions only (no images)")
+
+
+def load_world_eval(path: str | Path) -> EvalSet:
+    """The synthetic world's eval split: a `world` artifact (`eval_captions.parquet`:
+    scene_id, text), an `ingest` artifact (`eval.parquet` in the text schema), or either file.
+    Captions only: the renders stay in the world artifact."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if p.is_dir():
+        p = next((p / f for f in ("eval.parquet", "eval_captions.parquet") if (p / f).is_file()), p / "eval.parquet")
+    if not p.is_file():
+        raise EvalSetError(f"{path}: no world eval split (eval.parquet or eval_captions.parquet)")
+    t = pq.read_table(p)
+    id_col = "image_id" if "image_id" in t.column_names else "scene_id"
+    if id_col not in t.column_names or "text" not in t.column_names:
+        raise EvalSetError(f"{p}: expected columns scene_id|image_id and text (has {t.column_names})")
+    ids = [str(x) for x in t[id_col].to_pylist()]
+    return EvalSet(f"world:{p.parent.name}", list(dict.fromkeys(ids)), [str(x) for x in t["text"].to_pylist()], ids,
+                   _no_image)
+
+
+def load_caption_file(path: str | Path) -> EvalSet:
+    """Any caption file: `.txt` (one caption per line), `.jsonl` / `.json` (a list of
+    objects) / `.parquet` / `.csv` with a `caption` or `text` field and optionally `image_id`.
+    Without `image_id` every caption is its own image. Captions only."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.is_file():
+        raise EvalSetError(f"{path}: no such caption file")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".txt":
+            rows = [{"caption": line} for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        elif suffix == ".jsonl":
+            rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        elif suffix == ".json":
+            rows = json.loads(p.read_text(encoding="utf-8"))
+        elif suffix == ".parquet":
+            rows = pq.read_table(p).to_pylist()
+        elif suffix == ".csv":
+            import csv
+
+            with open(p, newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        else:
+            raise EvalSetError(f"{p}: unknown caption file type {suffix!r} (.txt, .jsonl, .json, .parquet, .csv)")
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EvalSetError(f"{p}: cannot read ({e})") from None
+    if not isinstance(rows, list) or not rows:
+        raise EvalSetError(f"{p}: no captions")
+    captions, owner = [], []
+    for r, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise EvalSetError(f"{p}: row {r} is not an object")
+        text = row.get("caption", row.get("text"))
+        if text is None or not str(text).strip():
+            raise EvalSetError(f"{p}: row {r}: no 'caption' or 'text'")
+        captions.append(str(text).strip())
+        owner.append(str(row["image_id"]) if row.get("image_id") not in (None, "") else f"{r:07d}")
+    return EvalSet(f"captions:{p.stem}", list(dict.fromkeys(owner)), captions, owner, _no_image)
+
+
+EVAL_SPECS = {
+    "wit_1024": "WIT-1024 of the PRH paper (minhuh/prh @ wit_1024); `prh:SOURCE` for a hub id or local Parquet",
+    "coco_karpathy:PATH": "COCO Karpathy test split (dataset_coco.json)",
+    "flickr_karpathy:PATH": "Flickr30k Karpathy test split (dataset_flickr30k.json)",
+    "coco_captions:PATH": "COCO captions_*.json",
+    "world:PATH": "the synthetic world's eval split (a world or ingest artifact folder)",
+    "captions:PATH": "any caption file (.txt, .jsonl, .json, .parquet, .csv)",
+}
+
+
+def load_eval_spec(spec: str) -> tuple[str, EvalSet]:
+    """`KIND[:PATH]` -> (a short name for reports, the EvalSet) through the loaders above.
+    A Karpathy PATH may end in `@split` (default test)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "wit_1024" and not arg:
+        return "wit_1024", load_prh(all_captions=True)
+    if kind == "prh":
+        return f"prh:{Path(arg).name or arg}", load_prh(arg or "minhuh/prh", all_captions=True)
+    if not arg:
+        raise EvalSetError(f"eval set {spec!r}: expected one of {', '.join(EVAL_SPECS)}")
+    if kind in ("coco_karpathy", "flickr_karpathy"):
+        path, _, split = arg.rpartition("@") if "@" in Path(arg).name else (arg, "", "test")
+        return f"{kind}:{split}", load_karpathy(path, Path(path).parent, split=split)
+    if kind == "coco_captions":
+        return f"coco_captions:{Path(arg).stem}", load_coco_captions(arg, Path(arg).parent)
+    if kind == "world":
+        return "world", load_world_eval(arg)
+    if kind == "captions":
+        return f"captions:{Path(arg).stem}", load_caption_file(arg)
+    raise EvalSetError(f"eval set {spec!r}: unknown kind {kind!r}; expected one of {', '.join(EVAL_SPECS)}")
