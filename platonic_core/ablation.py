@@ -146,6 +146,28 @@ def grid_table(cells: dict) -> dict:
     return out
 
 
+def paired_differences(cells: dict) -> list[dict]:
+    """Differences between two cells measured on the same seeds (the same image encoder
+    and eval split), mean with a t interval over seeds: every column pair within a row
+    (objectives) and every row pair within a column (positives). Pairing removes the
+    seed-to-seed spread the cells share, so these intervals are narrower than the cells'."""
+    grid = {(r["row"], r["column"], r["seed"]): r["mutual_knn"] for r in cells["records"] if r["kind"] == "grid"}
+    seeds = cells["seeds"]
+    out = []
+
+    def diff(a, b, kind, where):
+        d = [grid[a + (s,)] - grid[b + (s,)] for s in seeds if a + (s,) in grid and b + (s,) in grid]
+        out.append({"kind": kind, "where": where, "a": a, "b": b, "per_seed": d, **mean_ci(d, cells["confidence"])})
+
+    for row in cells["rows"]:
+        for ca, cb in itertools.combinations(cells["columns"], 2):
+            diff((row, ca), (row, cb), "objective", row)
+    for col in cells["columns"]:
+        for ra, rb in itertools.combinations(cells["rows"], 2):
+            diff((ra, col), (rb, col), "positives", col)
+    return out
+
+
 def text_rotations(abl: AblationConfig, results: list[CellResult]) -> list[dict]:
     """The theorem's one rotation between two *text* models trained separately on different
     positive sources (same column, same seed, two rows): mutual kNN between them and an
@@ -192,11 +214,16 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
                 continue
             ref, mod = cur[eff.reference]["curve"], cur[eff.model]["curve"]
             target = ref["points"][-1]["mutual_knn"]
+            # did the reference learn anything the untrained encoder did not have? If its final
+            # score is no better than its first checkpoint, "samples to reach it" measures the
+            # initialisation, not learning
+            reference_gain = target - ref["points"][0]["mutual_knn"]
             pts = mod["points"]
             needed, status = samples_to_reach([p["samples"] for p in pts], [p["mutual_knn"] for p in pts], target)
             ratio = ref["points"][-1]["samples"] / needed if needed else None
             per_seed.append({
-                "seed": seed, "target": target, "reference_samples": ref["points"][-1]["samples"],
+                "seed": seed, "target": target, "reference_gain": reference_gain,
+                "reference_samples": ref["points"][-1]["samples"],
                 "samples_needed": needed, "status": status, "sample_ratio": ratio,
                 "text_ratio": ratio * ref["texts_per_sample"] / mod["texts_per_sample"] if ratio else None,
             })
@@ -204,12 +231,17 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
         summary = {"per_seed": per_seed, "seeds_reached": len(reached),
                    "seeds_by_first_checkpoint": sum(p["status"] == "by_first" for p in per_seed),
                    "seeds_not_reached": sum(p["status"] == "not_reached" for p in per_seed)}
-        if per_seed and len(reached) == len(per_seed):
+        summary["reference_gain"] = mean_ci([p["reference_gain"] for p in per_seed], abl.confidence)
+        bounded = [p for p in per_seed if p["status"] != "not_reached"]
+        if per_seed and len(bounded) == len(per_seed):
+            # seeds that got there by the first checkpoint give a lower bound on their ratio,
+            # so with any of them the geometric mean is a lower bound and no interval is given
+            exact = len(reached) == len(per_seed)
             for key in ("sample_ratio", "text_ratio"):
-                logs = mean_ci([math.log(p[key]) for p in reached], abl.confidence)
-                summary[key] = {"geomean": math.exp(logs["mean"]), "n": logs["n"],
-                                "ci": [math.exp(x) if x is not None else None for x in logs["ci"]]}
-            summary["samples_needed"] = mean_ci([p["samples_needed"] for p in reached], abl.confidence)
+                logs = mean_ci([math.log(p[key]) for p in bounded], abl.confidence)
+                summary[key] = {"geomean": math.exp(logs["mean"]), "n": logs["n"], "lower_bound": not exact,
+                                "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]]}
+            summary["samples_needed"] = mean_ci([p["samples_needed"] for p in bounded], abl.confidence)
         out[row] = summary
     return {"model": eff.model, "reference": eff.reference, "rows": out}
 
@@ -242,7 +274,8 @@ def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict
              "rows": {k: r.label or k for k, r in abl.rows.items()}, "columns": abl.columns,
              "column_views": {c: results[0].cell.cfg.train.models[c].views for c in abl.columns},
              "records": records}
-    summary = {"table": grid_table(cells), "rotations": text_rotations(abl, results)}
+    summary = {"table": grid_table(cells), "differences": paired_differences(cells),
+               "rotations": text_rotations(abl, results)}
     if abl.efficiency:
         summary["efficiency"] = efficiency(abl, records)
         curves_plot(cells, summary["efficiency"], out / "curves.png")

@@ -85,6 +85,17 @@ def ablation_table(cells: dict, summary: dict) -> str:
         for row, label in cells["rows"].items():
             lines.append(f"| {label} | " + " | ".join(_fmt(summary["table"][metric][row][c]) for c in cols) + " |")
         lines.append("")
+    diffs = summary.get("differences", [])
+    if diffs:
+        lines += [f"### Paired differences in mutual {k}-NN (same seeds: same image encoder), mean [{conf}% t interval]", "",
+                  "| compared | in | difference | per seed |", "|---|---|---|---|"]
+        for d in diffs:
+            if d["kind"] == "objective":
+                name, where = f"{d['a'][1]} − {d['b'][1]}", cells["rows"][d["where"]]
+            else:
+                name, where = f"{cells['rows'][d['a'][0]]} − {cells['rows'][d['b'][0]]}", d["where"]
+            lines.append(f"| {name} | {where} | {_fmt(d)} | {', '.join(f'{x:+.3f}' for x in d['per_seed'])} |")
+        lines.append("")
     rots = summary.get("rotations", [])
     if rots:
         lines += ["### One rotation between text models trained separately (same objective, different positives)", "",
@@ -98,16 +109,18 @@ def ablation_table(cells: dict, summary: dict) -> str:
     eff = summary.get("efficiency")
     if eff:
         lines += [f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score", "",
-                  "| positives | target (reference final) | samples needed | sample ratio (geo. mean) | text ratio | seeds reached |",
-                  "|---|---|---|---|---|---|"]
+                  "| positives | target (reference final) | reference gain over its first checkpoint | samples needed "
+                  "| sample ratio (geo. mean) | text ratio | seeds reached |",
+                  "|---|---|---|---|---|---|---|"]
         for row, e in eff["rows"].items():
             tgt = [p["target"] for p in e["per_seed"]]
             target = f"{sum(tgt) / len(tgt):.3f}" if tgt else "–"
             if "sample_ratio" in e:
                 sr, tr = e["sample_ratio"], e["text_ratio"]
-                ratio = f"{sr['geomean']:.1f}× [{sr['ci'][0]:.1f}, {sr['ci'][1]:.1f}]" if sr["ci"][0] else f"{sr['geomean']:.1f}×"
-                text = f"{tr['geomean']:.1f}×"
-                needed = _fmt(e["samples_needed"], 0)
+                ge = "≥ " if sr.get("lower_bound") else ""
+                ratio = f"{ge}{sr['geomean']:.1f}×" + (f" [{sr['ci'][0]:.1f}, {sr['ci'][1]:.1f}]" if sr["ci"][0] else "")
+                text = f"{ge}{tr['geomean']:.1f}×"
+                needed = ("≤ " if ge else "") + _fmt(e["samples_needed"], 0)
             else:
                 ratio = text = needed = "–"
             n = len(e["per_seed"])
@@ -116,7 +129,8 @@ def ablation_table(cells: dict, summary: dict) -> str:
                 note += f" ({e['seeds_by_first_checkpoint']} by the first checkpoint)"
             if e["seeds_not_reached"]:
                 note += f" ({e['seeds_not_reached']} never)"
-            lines.append(f"| {cells['rows'][row]} | {target} | {needed} | {ratio} | {text} | {note} |")
+            gain = _fmt(e["reference_gain"]) if "reference_gain" in e else "–"
+            lines.append(f"| {cells['rows'][row]} | {target} | {gain} | {needed} | {ratio} | {text} | {note} |")
         lines.append("")
     sc = summary.get("scaling")
     if sc:

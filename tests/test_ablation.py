@@ -130,3 +130,24 @@ def test_scaling_check_and_forecast_hold_out_the_full_budget():
     assert 4000 not in f2["fitted_budgets"] and 8000 in f2["fitted_budgets"]
     with pytest.raises(ValueError, match="no finished runs"):
         forecast_from_cells(cells, "ntp", "r1")
+
+
+def test_paired_differences_remove_the_shared_seed_spread():
+    from platonic_core.ablation import paired_differences
+
+    cells = {"confidence": 0.95, "rows": {"r1": "row one"}, "columns": ["good", "ntp", "bad"], "seeds": [0, 1, 2],
+             "records": _records()}
+    d = {(x["a"][1], x["b"][1]): x for x in paired_differences(cells) if x["kind"] == "objective"}
+    assert d[("good", "ntp")]["per_seed"] == pytest.approx([0.05, 0.06, 0.07])
+    assert d[("ntp", "bad")]["mean"] == pytest.approx(0.02) and d[("ntp", "bad")]["std"] == pytest.approx(0.0)
+
+
+def test_efficiency_by_the_first_checkpoint_is_a_lower_bound():
+    recs = _records()
+    for r in recs:
+        if r["column"] == "ntp" and r["seed"] == 0:
+            r["curve"]["points"][-1]["mutual_knn"] = 0.01  # below good's first checkpoint
+    e = efficiency(_abl(), recs)["rows"]["r1"]
+    assert e["seeds_by_first_checkpoint"] == 1 and e["sample_ratio"]["lower_bound"] is True
+    assert e["sample_ratio"]["ci"] == [None, None]
+    assert e["reference_gain"]["n"] == 3
