@@ -241,7 +241,9 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
                 logs = mean_ci([math.log(p[key]) for p in bounded], abl.confidence)
                 summary[key] = {"geomean": math.exp(logs["mean"]), "n": logs["n"], "lower_bound": not exact,
                                 "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]]}
-            summary["samples_needed"] = mean_ci([p["samples_needed"] for p in bounded], abl.confidence)
+            logs = mean_ci([math.log(p["samples_needed"]) for p in bounded], abl.confidence)
+            summary["samples_needed"] = {"geomean": math.exp(logs["mean"]), "upper_bound": not exact,
+                                         "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]]}
         out[row] = summary
     return {"model": eff.model, "reference": eff.reference, "rows": out}
 

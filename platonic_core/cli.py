@@ -66,6 +66,7 @@ def _embedded_defaults() -> None:
         "PREFECT_CLI_PROMPT": "false",
         "DO_NOT_TRACK": "1",
         "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "TOKENIZERS_PARALLELISM": "false",
     }.items():
         os.environ.setdefault(k, v)

@@ -109,7 +109,7 @@ def ablation_table(cells: dict, summary: dict) -> str:
     eff = summary.get("efficiency")
     if eff:
         lines += [f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score", "",
-                  "| positives | target (reference final) | reference gain over its first checkpoint | samples needed "
+                  "| positives | target (reference final) | reference gain over its first checkpoint | samples needed (geo. mean) "
                   "| sample ratio (geo. mean) | text ratio | seeds reached |",
                   "|---|---|---|---|---|---|---|"]
         for row, e in eff["rows"].items():
@@ -120,7 +120,9 @@ def ablation_table(cells: dict, summary: dict) -> str:
                 ge = "≥ " if sr.get("lower_bound") else ""
                 ratio = f"{ge}{sr['geomean']:.1f}×" + (f" [{sr['ci'][0]:.1f}, {sr['ci'][1]:.1f}]" if sr["ci"][0] else "")
                 text = f"{ge}{tr['geomean']:.1f}×"
-                needed = ("≤ " if ge else "") + _fmt(e["samples_needed"], 0)
+                sn = e["samples_needed"]
+                needed = ("≤ " if ge else "") + f"{sn['geomean']:,.0f}" + (
+                    f" [{sn['ci'][0]:,.0f}, {sn['ci'][1]:,.0f}]" if sn["ci"][0] else "")
             else:
                 ratio = text = needed = "–"
             n = len(e["per_seed"])
@@ -141,7 +143,8 @@ def ablation_table(cells: dict, summary: dict) -> str:
                   f"{sc['fitted_runs']} finished runs of `{sc['model']}` ({cells['rows'][sc['row']]}) at "
                   f"{', '.join(f'{int(b):,}' for b in sc['fitted_budgets'])} samples.",
                   "",
-                  f"| held-out budget | predicted ({conf}% interval for one run) | actual (mean ± seed std) | error | seed noise | runs inside the interval |",
+                  f"| held-out budget | predicted ({conf}% interval for one run) | actual (mean ± seed std) | error "
+                  "| held-out seed std | runs inside the interval |",
                   "|---|---|---|---|---|---|",
                   f"| {int(sc['samples']):,} | {sc['prediction']:.4f} [{lo:.4f}, {hi:.4f}] | {sc['heldout_mean']:.4f} ± "
                   f"{(sc['heldout_seed_std'] or 0):.4f} | {sc['error']:+.4f} | {(sc['heldout_seed_std'] or 0):.4f} "

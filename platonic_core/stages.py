@@ -211,7 +211,7 @@ COMPARE_SPECS: dict[str, StageSpec] = {
 ABLATE_SPECS: dict[str, StageSpec] = {
     s.name: s
     for s in [
-        StageSpec("ablation", 2, ("seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
+        StageSpec("ablation", 3, ("seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
                   ("evaluate:*", "curve:*", "embed:*"), ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
                   "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
                   "sample efficiency, the scaling-law fit checked on a held-out run"),
