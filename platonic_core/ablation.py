@@ -70,6 +70,13 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
             cfg = validate_recipe(base_raw, base_origin, cell_set)
         except ConfigError as e:
             raise ConfigError(f"{origin}: cell {name}: {e}") from None
+        if cfg.ingest.source == "world":  # texts per image are known before anything runs
+            per_image = {"alt": 1, "recap": cfg.positives.recaptions, "paraphrase": cfg.positives.paraphrases}
+            have = sum(per_image[k] for k in r.good_sources)
+            if have < cfg.views.n_views:
+                raise ConfigError(f"{origin}: row {row!r}: good views need {cfg.views.n_views} texts per image, but "
+                                  f"{'+'.join(r.good_sources)} give {have} (positives: {cfg.positives.recaptions} "
+                                  f"recaptions, {cfg.positives.paraphrases} paraphrases per image)")
         cells.append(Cell(name, kind, row, seed, cfg, steps))
         return cfg
 

@@ -54,6 +54,7 @@ def test_overrides_reach_the_recipe_and_the_base():
     (["efficiency.reference=bad2"], "efficiency refers to model 'bad2'"),
     (["scaling.fit_fractions=[0.5, 1.5, 0.2]"], "fit_fractions"),
     (["base=nowhere.yaml"], "nowhere.yaml: no such recipe file"),
+    (["rows.recaptions.good_sources=[alt]"], "row 'recaptions': good views need 2 texts per image"),
 ])
 def test_bad_recipes_are_one_line_errors(sets, needle):
     with pytest.raises(ConfigError) as e:
