@@ -615,32 +615,13 @@ class CocoReader(Reader):
             cols[k] = pa.array(v, pa.string())
         return Batch(pa.table(cols))
 
-    def _karpathy(self, shard: Shard) -> Iterator[Batch]:
-        cols = ("image_id", "caption", "caption_id", "filepath", "filename", "split", "json_path", "__unknown_image")
+    def _batches(self, rows: Iterator[dict], cols: tuple[str, ...]) -> Iterator[Batch]:
+        """Input rows (one dict per caption) -> batches of `batch_rows`; row numbers run on."""
         buf: dict[str, list] = {c: [] for c in cols}
         row = 0
-        for r, (_k, im) in enumerate(json_items(shard.uri, {"images"})):
-            if not isinstance(im, dict):
-                im = {}
-            sents = im.get("sentences")
-            iid = karpathy_image_id(im) if any(k in im for k in ("cocoid", "imgid", "filename")) else None
-            entries = list(enumerate(sents)) if isinstance(sents, list) and sents else [(None, None)]
-            for s, sent in entries:
-                buf["image_id"].append(iid)
-                if s is None:  # no sentences: one input row, quarantined as a missing field
-                    buf["caption"].append(None)
-                    buf["caption_id"].append("none")
-                elif isinstance(sent, dict):
-                    buf["caption"].append(sent.get("raw"))
-                    buf["caption_id"].append(str(sent.get("sentid", s)))
-                else:
-                    buf["caption"].append(sent)
-                    buf["caption_id"].append(str(s))
-                buf["filepath"].append(_str_or_none(im.get("filepath")))
-                buf["filename"].append(_str_or_none(im.get("filename")))
-                buf["split"].append(_str_or_none(im.get("split")))
-                buf["json_path"].append(f"images[{r}].sentences[{s}]" if s is not None else f"images[{r}]")
-                buf["__unknown_image"].append(False)
+        for rec in rows:
+            for c in cols:
+                buf[c].append(rec[c])
             if len(buf["caption"]) >= self.batch_rows:
                 n = len(buf["caption"])
                 yield self._emit(buf, row)
@@ -649,30 +630,45 @@ class CocoReader(Reader):
         if buf["caption"]:
             yield self._emit(buf, row)
 
+    def _karpathy(self, shard: Shard) -> Iterator[Batch]:
+        cols = ("image_id", "caption", "caption_id", "filepath", "filename", "split", "json_path", "__unknown_image")
+        return self._batches(self._karpathy_rows(shard), cols)
+
+    def _karpathy_rows(self, shard: Shard) -> Iterator[dict]:
+        for r, (_k, im) in enumerate(json_items(shard.uri, {"images"})):
+            if not isinstance(im, dict):
+                im = {}
+            sents = im.get("sentences")
+            iid = karpathy_image_id(im) if any(k in im for k in ("cocoid", "imgid", "filename")) else None
+            entries = list(enumerate(sents)) if isinstance(sents, list) and sents else [(None, None)]
+            for s, sent in entries:
+                if s is None:  # no sentences: one input row, quarantined as a missing field
+                    caption, caption_id = None, "none"
+                elif isinstance(sent, dict):
+                    caption, caption_id = sent.get("raw"), str(sent.get("sentid", s))
+                else:
+                    caption, caption_id = sent, str(s)
+                yield {"image_id": iid, "caption": caption, "caption_id": caption_id,
+                       "filepath": _str_or_none(im.get("filepath")), "filename": _str_or_none(im.get("filename")),
+                       "split": _str_or_none(im.get("split")),
+                       "json_path": f"images[{r}].sentences[{s}]" if s is not None else f"images[{r}]",
+                       "__unknown_image": False}
+
     def _coco(self, shard: Shard) -> Iterator[Batch]:
         files: dict[str, str | None] = {}
         for _k, im in json_items(shard.uri, {"images"}):  # pass 1: the image table (small)
             if isinstance(im, dict) and "id" in im:
                 files[str(im["id"])] = _str_or_none(im.get("file_name"))
-        cols = ("image_id", "caption", "caption_id", "file_name", "json_path", "__unknown_image")
-        buf: dict[str, list] = {c: [] for c in cols}
-        row = 0
-        for r, (_k, a) in enumerate(json_items(shard.uri, {"annotations"})):  # pass 2: streamed
-            a = a if isinstance(a, dict) else {}
-            iid = _str_or_none(a.get("image_id"))
-            buf["image_id"].append(iid)
-            buf["caption"].append(a.get("caption"))
-            buf["caption_id"].append(_str_or_none(a.get("id")) or str(r))
-            buf["file_name"].append(files.get(iid) if iid else None)
-            buf["json_path"].append(f"annotations[{r}]")
-            buf["__unknown_image"].append(iid is not None and iid not in files)
-            if len(buf["caption"]) >= self.batch_rows:
-                n = len(buf["caption"])
-                yield self._emit(buf, row)
-                row += n
-                buf = {c: [] for c in cols}
-        if buf["caption"]:
-            yield self._emit(buf, row)
+
+        def rows() -> Iterator[dict]:
+            for r, (_k, a) in enumerate(json_items(shard.uri, {"annotations"})):  # pass 2: streamed
+                a = a if isinstance(a, dict) else {}
+                iid = _str_or_none(a.get("image_id"))
+                yield {"image_id": iid, "caption": a.get("caption"), "caption_id": _str_or_none(a.get("id")) or str(r),
+                       "file_name": files.get(iid) if iid else None, "json_path": f"annotations[{r}]",
+                       "__unknown_image": iid is not None and iid not in files}
+
+        return self._batches(rows(), ("image_id", "caption", "caption_id", "file_name", "json_path", "__unknown_image"))
 
 
 def _top_level_keys(uri: str) -> set[str]:
