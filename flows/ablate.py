@@ -14,7 +14,7 @@ import json
 
 from prefect import flow
 
-from platonic_core.ablation import Cell
+from platonic_core.ablation import Cell, grid_metrics
 from platonic_core.config import AblationConfig
 from platonic_core.stages import plan
 from tasks import tracking
@@ -45,9 +45,7 @@ def ablate(recipe: dict, cells: list[dict]) -> dict:
                 (out / name).write_bytes((summary_m.path / name).read_bytes())
                 ctx.client.log_artifact(ctx.parent_run_id, str(out / name))
         summary = json.loads((out / "summary.json").read_text())
-        tracking.log_metrics(ctx.client, ctx.parent_run_id, {
-            f"mutual_knn/{row}/{col}": s["mean"] for row, cols in summary["table"]["mutual_knn"].items()
-            for col, s in cols.items() if s["mean"] is not None})
+        tracking.log_metrics(ctx.client, ctx.parent_run_id, grid_metrics(summary))
         return {"run_id": ctx.parent_run_id, "experiment": abl.experiment, "experiment_id": ctx.experiment_id,
                 "tracking_uri": ctx.tracking_uri, "output_dir": str(out), "ablation_run_id": summary_m.producer_run_id,
                 "cells": len(grid), "summary": summary}

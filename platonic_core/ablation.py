@@ -274,6 +274,12 @@ def scaling_check(abl: AblationConfig, records: list[dict]) -> dict:
             "fit_points": [{"seed": s, "samples": n, "mutual_knn": y} for s, n, y in fit]}
 
 
+def grid_metrics(summary: dict) -> dict[str, float]:
+    """The grid's cell means as flat MLflow metrics: mutual_knn/<row>/<column>."""
+    return {f"mutual_knn/{row}/{col}": s["mean"] for row, cols in summary["table"]["mutual_knn"].items()
+            for col, s in cols.items() if s["mean"] is not None}
+
+
 def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict:
     """cells.json (every score with its runs), summary.json, table.md and the plots."""
     from .report import ablation_table, curves_plot, scaling_plot

@@ -3,7 +3,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.ablation import CellResult, summarize
+from platonic_core.ablation import CellResult, grid_metrics, summarize
 from platonic_core.artifacts import Manifest
 from platonic_core.stages import RUN, StageInstance
 
@@ -24,9 +24,8 @@ def ablation(abl, cells, stage_ms: list[dict[str, Manifest]], ctx):
                 {k: v.producer_run_id for k, v in m.items()},
             ))
         summary = summarize(abl, results, out)
-        metrics = {f"mutual_knn/{row}/{col}": s["mean"] for row, cols in summary["table"]["mutual_knn"].items()
-                   for col, s in cols.items() if s["mean"] is not None}
-        return {"cells": len(cells), "records": sum(len(cell.cfg.evaluate.text_models) for cell in cells)}, metrics
+        counts = {"cells": len(cells), "records": sum(len(cell.cfg.evaluate.text_models) for cell in cells)}
+        return counts, grid_metrics(summary)
 
     # inputs: what the summary reads, named by cell, so MLflow shows where each came from
     inputs = {f"{cell.name}/{k}": v for cell, m in zip(cells, stage_ms, strict=True) for k, v in m.items()
