@@ -25,7 +25,12 @@ def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     d = tmp_path_factory.mktemp("ablate")
-    p = platonic(d, "ablate", str(REPO / "configs" / "table7.yaml"), "--quick", "--json")
+    # --quick plus a smaller world and shorter runs: the mechanics, not the numbers, are
+    # under test here, and CI time is shared (the quick grid alone takes ~5.5 min)
+    shrink = ["world.n_train=1500", "world.n_eval=256", "evaluate.bootstrap=50",
+              *(f"train.models.{m}.steps=60" for m in ("good", "bad", "ntp")), "train.models.image.steps=50"]
+    p = platonic(d, "ablate", str(REPO / "configs" / "table7.yaml"), "--quick", "--json",
+                 *(a for s in shrink for a in ("--base-set", s)))
     assert p.returncode == 0, p.stderr[-4000:]
     return d, json.loads(p.stdout)
 
