@@ -97,13 +97,79 @@ class IngestConfig(Section):
         return self
 
 
-class PositivesConfig(Section):
-    """Extra texts per image. `world` backends are the synthetic captioner/paraphraser."""
+class GenModelConfig(Section):
+    """The model one positives task runs: a hub id or local folder (`transformers`,
+    `vllm`), or the served model name (`openai`), with the server's base URL."""
 
-    backend: Literal["world"] = "world"
+    id: str = ""
+    revision: str | None = None
+    base_url: str = "http://127.0.0.1:8000/v1"  # openai backend only
+
+
+class GenModelsConfig(Section):
+    recaption: GenModelConfig = GenModelConfig()  # a VLM: sees the image
+    paraphrase: GenModelConfig = GenModelConfig()  # a text-only LLM: sees only the alt-text
+
+
+class PromptsConfig(Section):
+    """Prompt templates. `{text}` in the paraphrase template is replaced by the alt-text;
+    the recaption prompt goes with the image. Their sha256 is in every generated row."""
+
+    recaption: str = "Describe this image in one detailed sentence."
+    paraphrase: str = ("Paraphrase this image caption in one sentence. Keep its meaning; do not add details.\n"
+                       "Caption: {text}\nParaphrase:")
+
+    @model_validator(mode="after")
+    def _check_placeholder(self) -> PromptsConfig:
+        if "{text}" not in self.paraphrase:
+            raise ValueError("prompts.paraphrase must contain {text} (where the alt-text goes)")
+        return self
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(0.7, ge=0)  # 0 = greedy
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(77, ge=1)
+
+
+class GenHttpConfig(Section):
+    """The openai backend's client: concurrent requests, per-request timeout, retries with
+    exponential backoff and jitter on 429 / 5xx / timeouts / connection errors."""
+
+    concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    backoff_s: float = Field(1.0, ge=0)  # first retry waits ~backoff_s, doubling, with jitter
+    api_key_env: str = "OPENAI_API_KEY"  # read from the environment, never stored in a recipe
+
+
+class PositivesConfig(Section):
+    """Extra texts per image. `world` backends are the synthetic captioner/paraphraser;
+    `openai` (any OpenAI-compatible server, e.g. `vllm serve`), `transformers` (in process)
+    and `vllm` (offline batch in its own interpreter, `vllm_python`) run real models on the
+    ingested alt-texts and images (platonic_core/positives/)."""
+
+    backend: Literal["world", "openai", "transformers", "vllm"] = "world"
     recaptions: int = Field(2, ge=0)
     paraphrases: int = Field(1, ge=0)
     seed: int = 0
+    models: GenModelsConfig = GenModelsConfig()
+    prompts: PromptsConfig = PromptsConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    batch_size: int = Field(64, ge=1)  # requests per batch = per part file (a kill loses at most one)
+    http: GenHttpConfig = GenHttpConfig()
+    trust_remote_code: bool = False  # transformers / vllm: run a model repo's own code (off unless set)
+    device: str = "cpu"  # transformers backend
+    vllm_python: str = "python"  # the interpreter of vLLM's own environment (vllm backend)
+    vllm_args: dict[str, Any] = {}  # extra `vllm.LLM(...)` arguments, e.g. max_model_len, gpu_memory_utilization
+
+    @model_validator(mode="after")
+    def _check_models(self) -> PositivesConfig:
+        if self.backend != "world":
+            for task, n in (("recaption", self.recaptions), ("paraphrase", self.paraphrases)):
+                if n and not getattr(self.models, task).id:
+                    raise ValueError(f"backend {self.backend!r} needs positives.models.{task}.id (the {task} model)")
+        return self
 
 
 Level = Literal["exact", "near", "embed"]

@@ -107,3 +107,43 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
                              image_size=32, patch_size=8)).save_pretrained(paths["dinov2"])
     BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(paths["dinov2"])
     return {k: str(v) for k, v in {**paths, "prh": prh, "karpathy": kp / "dataset_world.json"}.items()}
+
+
+def build_generation_standins(out: Path, texts: list[str], seed: int = 0) -> dict[str, str]:
+    """Tiny generators for the positives backends, built from configs (random weights) and
+    saved with `save_pretrained`, so the real `from_pretrained` path runs offline:
+
+    - `gen-lm/`: a GPT-2 causal LM (paraphrase) with a word-level tokenizer trained on `texts`;
+    - `gen-captioner/`: a ViT encoder + GPT-2 decoder (VisionEncoderDecoderModel, captioning).
+
+    Their outputs are word salad from the vocabulary of `texts`; they exercise the plumbing."""
+    import torch
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        PreTrainedTokenizerFast,
+        VisionEncoderDecoderConfig,
+        VisionEncoderDecoderModel,
+        ViTConfig,
+        ViTImageProcessor,
+    )
+
+    from .tokenizer import CLS_ID, PAD_ID, SEP_ID, train_tokenizer
+
+    torch.manual_seed(seed)
+    tok = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(texts, 200), pad_token="[PAD]", unk_token="[UNK]",
+                                  bos_token="[CLS]", eos_token="[SEP]", mask_token="[MASK]")
+    ids = {"vocab_size": len(tok), "bos_token_id": CLS_ID, "eos_token_id": SEP_ID, "pad_token_id": PAD_ID}
+    small = {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 512}
+    paths = {"lm": Path(out) / "gen-lm", "captioner": Path(out) / "gen-captioner"}
+    GPT2LMHeadModel(GPT2Config(**small, **ids)).save_pretrained(paths["lm"])
+    tok.save_pretrained(paths["lm"])
+    cfg = VisionEncoderDecoderConfig.from_encoder_decoder_configs(
+        ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
+                  patch_size=8),
+        GPT2Config(**small, **ids, add_cross_attention=True, is_decoder=True))
+    cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id = CLS_ID, PAD_ID, SEP_ID
+    VisionEncoderDecoderModel(cfg).save_pretrained(paths["captioner"])
+    tok.save_pretrained(paths["captioner"])
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(paths["captioner"])
+    return {k: str(v) for k, v in paths.items()}
