@@ -59,12 +59,14 @@ def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> d
     run("world", world)
     run("ingest", ingest, m.get("world"))
     downstream = [i for i, mode in modes.items() if mode != SKIP and i not in ("world", "ingest")]
+    if cfg.positives.backend != "world":  # a model backend generates positives for a real corpus too
+        downstream = [i for i in downstream if i != "positives"]
     if cfg.ingest.source != "world" and downstream:
         raise StageUnavailable(
             f"ingest of the {cfg.ingest.source} corpus is done ({m['ingest'].uri if 'ingest' in m else 'not run'}); "
             f"the stages after it ({', '.join(downstream[:3])}, ...) need a positives backend and images for a "
             "real corpus, which the 'world' backend cannot provide: run `--only ingest` or "
-            "`platonic ingest` for real corpora")
+            "`platonic ingest` for real corpora (with a model backend, `--only positives` generates their positives)")
     run("positives", positives, m.get("ingest"), m.get("world"))
     run("dedup", dedup, m.get("positives"), m.get("ingest"))
     run("views", views, m.get("dedup"))

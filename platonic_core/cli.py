@@ -13,6 +13,7 @@
     platonic ingest SOURCE... --format F [--out DIR] [--json]   a real corpus -> Parquet + DuckDB
     platonic corpus stats [--dir DIR] [--json]   texts per image, lengths, sources, quarantine
     platonic audit --corpus PATH --eval SPEC ... contamination audit: exact, near-duplicate, embedding
+    platonic serve-chat --model DIR --port P     a loopback OpenAI-compatible chat server (tiny local models)
 
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
 Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
@@ -316,6 +317,14 @@ def stand_ins(out: Path = typer.Argument(Path(".platonic/stand-ins"), help="wher
 
     for k, v in build_standins(out, n=n).items():
         typer.echo(f"{k:10s} {v}")
+    # tiny generators for the positives backends (serve-chat, transformers, the vLLM stand-in)
+    import pyarrow.parquet as pq
+
+    from .standins import build_generation_standins
+
+    texts = pq.read_table(out / "world" / "alt_texts.parquet", columns=["text"])["text"].to_pylist()
+    for k, v in build_generation_standins(out, texts).items():
+        typer.echo(f"gen-{k:6s} {v}")
 
 
 @app.command()
@@ -550,6 +559,28 @@ def align(
     else:
         ci = f"  95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]" if s.ci_low is not None else ""
         typer.echo(f"{metric} = {s.score:.4f}{ci}  best layers ({s.layer_a}, {s.layer_b}) of ({len(fa)}, {len(fb)})")
+
+
+@app.command("serve-chat")
+def serve_chat(
+    model: list[str] = typer.Option(..., "--model", help="a local transformers model folder (repeatable); served under this name"),
+    port: int = typer.Option(8000, "--port"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    fail_every: int = typer.Option(0, "--fail-every", help="every N-th request answers HTTP --fail-status"),
+    fail_status: int = typer.Option(500, "--fail-status"),
+    delay_every: int = typer.Option(0, "--delay-every", help="every N-th request sleeps --delay-s first (timeouts)"),
+    delay_s: float = typer.Option(5.0, "--delay-s"),
+    refuse_every: int = typer.Option(0, "--refuse-every", help="every N-th request answers a refusal"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+) -> None:
+    """POST /v1/chat/completions + GET /v1/models over local transformers models, with
+    failure injection: what the openai positives backend talks to, without a GPU."""
+    from .positives.serve import Faults, serve
+
+    for m in model:
+        if not Path(m).is_dir():
+            fail(f"--model {m}: not a folder (build tiny ones with `platonic stand-ins`)")
+    serve(model, host, port, Faults(fail_every, fail_status, delay_every, delay_s, refuse_every), trust_remote_code)
 
 
 def main() -> None:

@@ -37,7 +37,8 @@ SPECS: dict[str, StageSpec] = {
                    "(corpora: texts/, quarantine/, images/ shard=<id> partitions, shards.parquet)"),
                   "normalise the source (the world, or a real corpus shard by shard) into Parquet, one row per "
                   "text, + a DuckDB catalog; bad rows quarantined with a reason"),
-        StageSpec("positives", 1, ("positives",), ("ingest", "world"), ("texts.parquet", "failures.parquet"),
+        StageSpec("positives", 1, ("positives",), ("ingest", "{ingest_input}"),
+                  ("texts.parquet", "failures.parquet", "(model backends: generations.parquet)"),
                   "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)"),
         StageSpec("dedup", 2, ("dedup",), ("positives", "ingest"),
                   ("texts.parquet", "removed.parquet", "matches.parquet", "eval.parquet", "summary.json", "summary.md",

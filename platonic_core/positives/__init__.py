@@ -4,9 +4,13 @@ Two tasks, as in the paper:
 - recaption: a captioner sees the image and writes a caption (LLaVA in the paper);
 - paraphrase: a text-only model sees only the alt-text and rewrites it (Qwen2.5 in Table 7).
 
-A backend implements `Generator`. The demo's backend is the synthetic world's own captioner
-and paraphraser (`WorldGenerator`); LLM backends (OpenAI-compatible HTTP / vLLM /
-transformers) implement the same two methods.
+The demo's backend is the synthetic world's own captioner and paraphraser
+(`WorldGenerator`, the `Generator` protocol, `generate_positives`). Real models go through
+`ChatBackend` (generate.py): OpenAI chat messages in, completions out, resumable per shard
+(`generate_shard`, `generate_corpus`), with provenance per row. Backends: `openai`
+(openai_http.py, any OpenAI-compatible server such as `vllm serve`), `transformers`
+(transformers_backend.py, in process) and `vllm` (vllm_offline.py, a separate interpreter;
+vLLM is never imported here). `make_backend(cfg)` picks one from the recipe.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data.schema import QUARANTINE_SCHEMA, text_table
+from .generate import ChatBackend, generate_corpus, generate_shard
 from .world_backend import WorldGenerator
 
-__all__ = ["Generator", "WorldGenerator", "generate_positives"]
+__all__ = ["ChatBackend", "Generator", "WorldGenerator", "generate_corpus", "generate_positives", "generate_shard",
+           "make_backend"]
 
 
 class Generator(Protocol):
@@ -80,3 +86,20 @@ def generate_positives(corpus: Path, gen: Generator, cfg, out: Path, batch: int 
               "failed": len(failures), "texts": len(rows)}
     assert counts["requested"] == counts["generated"] + counts["failed"], counts
     return counts
+
+
+def make_backend(cfg) -> ChatBackend:
+    """The recipe's LLM backend (`positives.backend`: openai | transformers | vllm)."""
+    if cfg.backend == "openai":
+        from .openai_http import OpenAIChatBackend
+
+        return OpenAIChatBackend(cfg)
+    if cfg.backend == "transformers":
+        from .transformers_backend import TransformersBackend
+
+        return TransformersBackend(cfg)
+    if cfg.backend == "vllm":
+        from .vllm_offline import VllmOfflineBackend
+
+        return VllmOfflineBackend(cfg)
+    raise ValueError(f"positives.backend {cfg.backend!r} is not an LLM backend (the world backend has its own path)")

@@ -338,3 +338,36 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
         k = "failed_" + r["reason"].split(":")[0]
         counts[k] = counts.get(k, 0) + 1
     return counts
+
+
+# ---- the whole corpus ------------------------------------------------------------------------
+
+
+def generate_corpus(shards: list[tuple[str, Path]], cfg, backend: ChatBackend, work: Path, out: Path,
+                    images_for: Callable[[str], ImageSource | None] | None = None,
+                    progress: Callable[[ShardRun], None] | None = None) -> tuple[dict[str, int], dict]:
+    """Every input shard through `generate_shard` (finished shards skipped), then the
+    stage's files (`assemble`). Returns (counts, stats); stats carry this run's throughput:
+    generated texts and completion tokens per second of generation (shards finished by an
+    earlier run do not count)."""
+    runs, inputs = [], []
+    for shard, path in shards:
+        table = pq.read_table(path)
+        inputs.append(table)
+        images = images_for(shard) if images_for is not None and cfg.recaptions else None
+        if cfg.recaptions and images is None:
+            raise ValueError(f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
+                             "(images are located for the world and for webdataset corpora); set "
+                             "positives.recaptions=0 to paraphrase only")
+        runs.append(generate_shard(shard, table.to_pylist(), cfg, backend, work, images))
+        if progress:
+            progress(runs[-1])
+    counts = assemble(inputs, read_generations(work, [s for s, _ in shards]), out)
+    counts |= {"shards": len(runs), "shards_skipped": sum(r.status == "done" for r in runs),
+               "resumed_rows": sum(r.resumed_from for r in runs)}
+    seconds = sum(r.seconds for r in runs)
+    new_rows, new_tokens = sum(r.new_rows for r in runs), sum(r.new_tokens for r in runs)
+    stats = {"generation_seconds": round(seconds, 3), "generated_this_run": new_rows,
+             "texts_per_s": round(new_rows / seconds, 3) if seconds > 0 else 0.0,
+             "tokens_per_s": round(new_tokens / seconds, 3) if seconds > 0 else 0.0}
+    return counts, stats

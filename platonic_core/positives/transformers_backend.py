@@ -63,7 +63,9 @@ class ChatModel:
     def __init__(self, model: str, revision: str | None = None, trust_remote_code: bool = False, device: str = "cpu"):
         import torch  # noqa: F401  (transformers needs it; imported here so the package stays light)
         from transformers import AutoConfig
-        from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        )
 
         kw = {"revision": revision, "trust_remote_code": trust_remote_code}
         self.model_id, self.device = model, device
