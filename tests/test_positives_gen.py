@@ -1,0 +1,279 @@
+"""Positives from real model backends (platonic_core/positives/): the transformers backend
+in process, the OpenAI-compatible client against a real loopback server (with injected
+errors and timeouts), the vLLM offline backend through a stand-in `vllm` module in a child
+interpreter, resume after a SIGKILL, provenance, and counts that add up.
+
+Every model is tiny, built from configs and saved locally (random weights: the texts are
+word salad; the plumbing is what is under test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from platonic_core.config import IngestConfig, PositivesConfig, WorldConfig
+from platonic_core.positives import generate_corpus, make_backend
+from platonic_core.positives.generate import GEN_SCHEMA, Completion, sha256
+from platonic_core.positives.images import image_source, input_shards
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_VLLM = ROOT / "tests" / "fixtures" / "fake_vllm"
+
+
+@pytest.fixture(scope="module")
+def world_ingest(tmp_path_factory):
+    """A 16-image world and its ingest (alt-texts, images.parquet)."""
+    from platonic_core.data.ingest import ingest_world
+    from platonic_core.world import generate_world
+
+    d = tmp_path_factory.mktemp("world")
+    generate_world(WorldConfig(n_train=16, n_eval=16, seed=3), d / "world")
+    (d / "ingest").mkdir()
+    ingest_world(d / "world", IngestConfig(), d / "ingest")
+    return d / "world", d / "ingest"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, world_ingest):
+    from platonic_core.standins import build_generation_standins
+
+    world, _ = world_ingest
+    texts = pq.read_table(world / "alt_texts.parquet")["text"].to_pylist()
+    return build_generation_standins(tmp_path_factory.mktemp("gen"), texts)
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    """A real HTTP server on loopback serving both tiny models (faults set per test)."""
+    from platonic_core.positives.serve import Faults, make_server
+
+    srv = make_server([models["captioner"], models["lm"]], port=0)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.faults = Faults()
+    srv.shutdown()
+    srv.server_close()
+
+
+def cfg_for(models, backend: str, base_url: str = "http://127.0.0.1:1/v1", **kw) -> PositivesConfig:
+    http = kw.pop("http", {})
+    return PositivesConfig.model_validate({
+        "backend": backend, "recaptions": 1, "paraphrases": 1, "seed": 5, "batch_size": 4,
+        "models": {"recaption": {"id": models["captioner"], "revision": "r-cap", "base_url": base_url},
+                   "paraphrase": {"id": models["lm"], "base_url": base_url}},
+        "sampling": {"temperature": 0.8, "top_p": 0.9, "max_tokens": 8},
+        "http": {"timeout_s": 5, "max_retries": 0, "backoff_s": 0.01, "concurrency": 4, **http}, **kw,
+    })
+
+
+def run(cfg, world_ingest, work: Path, out: Path, backend=None):
+    world, ingest = world_ingest
+    out.mkdir(parents=True, exist_ok=True)
+    return generate_corpus(input_shards(ingest), cfg, backend or make_backend(cfg), work, out,
+                           lambda s: image_source(ingest, world, s))
+
+
+def check_counts(out: Path, counts: dict, requested: int) -> None:
+    gens = pq.read_table(out / "generations.parquet").to_pylist()
+    texts = pq.read_table(out / "texts.parquet").to_pylist()
+    fails = pq.read_table(out / "failures.parquet").to_pylist()
+    assert counts["requested"] == requested == len(gens) == counts["generated"] + counts["failed"]
+    assert counts["failed"] == len(fails) == sum(g["status"] == "failed" for g in gens)
+    keys = [(g["image_id"], g["task"], g["index"]) for g in gens]
+    assert len(set(keys)) == len(keys), "duplicate generations"
+    generated = [t for t in texts if t["source_kind"] in ("recap", "paraphrase")]
+    assert len(generated) == counts["generated"] and len({t["text_id"] for t in texts}) == len(texts)
+    assert all(g["reason"] for g in gens if g["status"] == "failed")
+
+
+def test_transformers_backend_in_process_with_provenance(models, world_ingest, tmp_path):
+    cfg = cfg_for(models, "transformers")
+    counts, stats = run(cfg, world_ingest, tmp_path / "work", tmp_path / "out")
+    check_counts(tmp_path / "out", counts, requested=32)  # 16 images x (1 recaption + 1 paraphrase)
+    assert counts["input_texts"] == 16 and stats["texts_per_s"] > 0 and stats["tokens_per_s"] > 0
+    gens = pq.read_table(tmp_path / "out" / "generations.parquet")
+    assert gens.schema.equals(GEN_SCHEMA)
+    rows = gens.to_pylist()
+    recap = [r for r in rows if r["task"] == "recap"]
+    para = [r for r in rows if r["task"] == "paraphrase"]
+    assert {r["model"] for r in recap} == {models["captioner"]} and {r["revision"] for r in recap} == {"r-cap"}
+    assert {r["prompt_sha256"] for r in recap} == {sha256(cfg.prompts.recaption)}
+    assert {r["prompt_sha256"] for r in para} == {sha256(cfg.prompts.paraphrase)}
+    for r in rows:
+        assert r["backend"] == "transformers" and r["seed"] == 5 and r["temperature"] == 0.8
+        assert r["top_p"] == 0.9 and r["max_tokens"] == 8 and r["generated_at"] is not None
+    assert len({r["request_seed"] for r in rows}) == len(rows)  # per request, derived from the seed
+    ok = [t for t in pq.read_table(tmp_path / "out" / "texts.parquet").to_pylist() if t["generator"]]
+    params = json.loads(ok[0]["generator_params"])
+    assert {"prompt_sha256", "temperature", "top_p", "max_tokens", "seed", "revision", "generated_at"} <= set(params)
+
+
+def test_openai_backend_records_injected_failures_with_their_reasons(models, world_ingest, server, tmp_path):
+    """No retries: every injected 500, timeout and refusal becomes a failure with that
+    reason; the counts match the server's own log one for one."""
+    from platonic_core.positives.serve import Faults
+
+    srv, url = server
+    srv.log.clear()
+    srv.count = 0
+    srv.faults = Faults(fail_every=5, delay_every=7, delay_s=3.0, refuse_every=9)
+    cfg = cfg_for(models, "openai", url, http={"timeout_s": 1.0, "max_retries": 0})
+    counts, _ = run(cfg, world_ingest, tmp_path / "work", tmp_path / "out")
+    check_counts(tmp_path / "out", counts, requested=32)
+    outcomes = Counter(e["outcome"] for e in srv.log)
+    reasons = Counter(g["reason"] for g in pq.read_table(tmp_path / "out" / "generations.parquet").to_pylist())
+    assert outcomes["http_500"] == 6 and reasons["http_500"] == 6  # requests 5, 10, ..., 30
+    assert reasons["timeout"] == outcomes["delayed"] == 4  # 7, 14, 21, 28 (35 is a 500 first)
+    assert reasons["refusal"] == outcomes["refusal"] == 3  # 9, 18, 27
+    assert set(reasons) <= {None, "http_500", "timeout", "refusal", "empty_output"}
+
+
+def test_openai_backend_retries_until_it_succeeds(models, world_ingest, server, tmp_path):
+    from platonic_core.positives.serve import Faults
+
+    srv, url = server
+    srv.log.clear()
+    srv.count = 0
+    srv.faults = Faults(fail_every=7, delay_every=11, delay_s=2.0)
+    cfg = cfg_for(models, "openai", url, http={"timeout_s": 1.0, "max_retries": 6, "backoff_s": 0.01})
+    backend = make_backend(cfg)
+    counts, _ = run(cfg, world_ingest, tmp_path / "work", tmp_path / "out", backend)
+    check_counts(tmp_path / "out", counts, requested=32)
+    reasons = Counter(g["reason"] for g in pq.read_table(tmp_path / "out" / "generations.parquet").to_pylist())
+    assert set(reasons) <= {None, "empty_output"}, reasons  # every injected fault was retried away
+    assert backend.attempts == len(srv.log) > 32  # the retries really went over the wire
+
+
+def test_paraphrase_never_sends_the_image(models, world_ingest, server, tmp_path):
+    from platonic_core.positives.serve import Faults
+
+    srv, url = server
+    srv.log.clear()
+    srv.faults = Faults()
+    run(cfg_for(models, "openai", url), world_ingest, tmp_path / "work", tmp_path / "out")
+    by_model = {m: {e["has_image"] for e in srv.log if e["model"] == m} for m in (models["lm"], models["captioner"])}
+    assert by_model == {models["lm"]: {False}, models["captioner"]: {True}}
+    # and paraphrase-only runs do not even read images
+    cfg = cfg_for(models, "openai", url, recaptions=0)
+    world, ingest = world_ingest
+
+    def no_images(shard):
+        raise AssertionError("the image source was opened for a paraphrase-only run")
+
+    (tmp_path / "o2").mkdir()
+    counts, _ = generate_corpus(input_shards(ingest), cfg, make_backend(cfg), tmp_path / "w2", tmp_path / "o2", no_images)
+    assert counts["requested"] == 16
+
+
+def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_ingest, server, tmp_path):
+    """A real child process generating against the (slowed) server is SIGKILLed after two
+    batches landed; the rerun keeps those parts, asks only for the rest, and a third run
+    skips the finished shard."""
+    from platonic_core.positives.serve import Faults
+
+    srv, url = server
+    srv.faults = Faults(latency_s=0.15)
+    cfg = cfg_for(models, "openai", url, batch_size=2, http={"concurrency": 1})
+    world, ingest = world_ingest
+    work, out = tmp_path / "work", tmp_path / "out"
+    child = (
+        "import sys, json; from pathlib import Path\n"
+        "from platonic_core.config import PositivesConfig\n"
+        "from platonic_core.positives import generate_corpus, make_backend\n"
+        "from platonic_core.positives.images import image_source, input_shards\n"
+        "cfg = PositivesConfig.model_validate(json.loads(sys.argv[1]))\n"
+        "w, i, work, out = map(Path, sys.argv[2:6]); out.mkdir()\n"
+        "generate_corpus(input_shards(i), cfg, make_backend(cfg), work, out, lambda s: image_source(i, w, s))\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", child, cfg.model_dump_json(), str(world), str(ingest), str(work), str(out)])
+    shard = work / "corpus"
+    deadline = time.time() + 60
+    while len(list(shard.glob("part-*.parquet"))) < 2 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert p.returncode == -signal.SIGKILL
+    before = {q.name for q in shard.glob("part-*.parquet")}
+    assert before and not (shard / "_DONE.json").exists()
+    kept_rows = sum(pq.read_metadata(shard / n).num_rows for n in before)
+    srv.faults = Faults()
+    srv.log.clear()
+    counts, _ = run(cfg, world_ingest, work, out)
+    check_counts(out, counts, requested=32)
+    assert before <= {q.name for q in shard.glob("part-*.parquet")}  # finished batches kept as they were
+    assert counts["resumed_rows"] == kept_rows >= 4
+    assert len(srv.log) == 32 - kept_rows  # no finished row was asked again
+    srv.log.clear()
+    again, _ = run(cfg, world_ingest, work, tmp_path / "out3")
+    assert again["shards_skipped"] == 1 and not srv.log
+    assert pq.read_table(out / "texts.parquet").equals(pq.read_table(tmp_path / "out3" / "texts.parquet"))
+
+
+def test_vllm_offline_backend_through_a_standin_vllm(models, world_ingest, tmp_path):
+    """The stage writes requests, launches a separate interpreter running vllm_runner.py,
+    and reads the results back. `vllm` there is tests/fixtures/fake_vllm (a stand-in that
+    runs the tiny transformers models), not vLLM."""
+    from platonic_core.positives.vllm_offline import VllmOfflineBackend
+
+    assert "vllm" not in sys.modules
+    cfg = cfg_for(models, "vllm", vllm_python=sys.executable, batch_size=5)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FAKE_VLLM), str(ROOT)]), "OMP_NUM_THREADS": "1"}
+    backend = VllmOfflineBackend(cfg, env=env, poll_s=0.05)
+    counts, stats = run(cfg, world_ingest, tmp_path / "work", tmp_path / "out", backend)
+    check_counts(tmp_path / "out", counts, requested=32)
+    assert backend.info["vllm_version"] == "0.0.0+standin"
+    gens = pq.read_table(tmp_path / "out" / "generations.parquet").to_pylist()
+    assert {g["backend"] for g in gens} == {"vllm"} and stats["texts_per_s"] > 0
+    assert len(list((tmp_path / "work" / "corpus").glob("part-*.parquet"))) >= 8  # streamed back batch by batch
+    assert "vllm" not in sys.modules  # the main process never imported it
+
+
+def test_vllm_runner_failure_is_an_error_that_keeps_finished_batches(models, world_ingest, tmp_path):
+    from platonic_core.positives.vllm_offline import VllmOfflineBackend
+
+    cfg = cfg_for(models, "vllm", vllm_python=sys.executable, recaptions=0)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "nowhere")}  # no vllm importable there
+    with pytest.raises(RuntimeError, match="vLLM runner .* exited with code 1"):
+        run(cfg, world_ingest, tmp_path / "work", tmp_path / "out", VllmOfflineBackend(cfg, env=env, poll_s=0.05))
+    assert not (tmp_path / "work" / "corpus" / "_DONE.json").exists()
+
+
+def test_parse_completion_reasons():
+    from platonic_core.positives.openai_http import parse_completion
+
+    ok = {"choices": [{"message": {"content": " a  red\ncube "}, "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+    assert parse_completion(ok) == Completion(" a  red\ncube ", None, 3, 4)
+    assert parse_completion({"choices": [{"message": {"content": None, "refusal": "no"}}]}).reason == "refusal"
+    assert parse_completion({"choices": [{"message": {"content": "x"}, "finish_reason": "content_filter"}]}).reason == "refusal"
+    assert parse_completion({"choices": []}).reason == "bad_response"
+    assert parse_completion({"choices": [{"message": {"content": [{"type": "text", "text": "hi"}]}}]}).text == "hi"
+
+
+def test_missing_images_fail_their_requests_and_nonvision_setups_are_refused(models, world_ingest, tmp_path):
+    world, ingest = world_ingest
+    cfg = cfg_for(models, "transformers", paraphrases=0)
+    src = image_source(ingest, world, "corpus")
+    drop = sorted(src.row)[:3]
+
+    def images(shard):
+        return lambda i: (_ for _ in ()).throw(KeyError(i)) if i in drop else src(i)
+
+    (tmp_path / "out").mkdir()
+    counts, _ = generate_corpus(input_shards(ingest), cfg, make_backend(cfg), tmp_path / "work", tmp_path / "out", images)
+    check_counts(tmp_path / "out", counts, requested=16)
+    fails = pq.read_table(tmp_path / "out" / "failures.parquet").to_pylist()
+    assert sum(f["reason"].startswith("image_unavailable") for f in fails) == 3
+    with pytest.raises(ValueError, match="recaptions need images"):
+        generate_corpus(input_shards(ingest), cfg, make_backend(cfg), tmp_path / "w2", tmp_path / "out", lambda s: None)
