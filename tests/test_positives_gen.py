@@ -277,3 +277,67 @@ def test_missing_images_fail_their_requests_and_nonvision_setups_are_refused(mod
     assert sum(f["reason"].startswith("image_unavailable") for f in fails) == 3
     with pytest.raises(ValueError, match="recaptions need images"):
         generate_corpus(input_shards(ingest), cfg, make_backend(cfg), tmp_path / "w2", tmp_path / "out", lambda s: None)
+
+
+def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_path):
+    """The positives task (outside a flow) with the transformers backend on the world:
+    texts/s and tokens/s reach the stage's MLflow run; the provenance table is logged; a
+    forced rerun finds every shard finished in the work folder and regenerates nothing."""
+    from platonic_core.config import load_config
+    from platonic_core.stages import FORCE, RUN
+    from tasks import tracking
+    from tasks.ingest import ingest
+    from tasks.positives import positives
+    from tasks.stage import RunContext
+    from tasks.world import world
+
+    out = tmp_path / "store"
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
+        f"out_dir={out}", "world.n_train=16", "world.n_eval=16", "evaluate.k=3", "positives.backend=transformers",
+        "positives.recaptions=1", f"positives.models.recaption.id={models['captioner']}",
+        f"positives.models.paraphrase.id={models['lm']}", "positives.sampling.max_tokens=6"])
+    c = tracking.client(out)
+    exp = tracking.experiment_id(c, "positives-test", out)
+    parent = c.create_run(exp).info.run_id
+    ctx = RunContext(out, exp, parent, tracking.tracking_uri(out))
+    w = world.fn(cfg, RUN, ctx)
+    i = ingest.fn(cfg, w, RUN, ctx)
+    m = positives.fn(cfg, i, w, RUN, ctx)
+    assert m.counts["requested"] == 32 == m.counts["generated"] + m.counts["failed"]
+    metrics = c.get_run(m.producer_run_id).data.metrics
+    assert metrics["texts_per_s"] > 0 and metrics["tokens_per_s"] > 0 and metrics["requested"] == 32
+    assert {a.path for a in c.list_artifacts(m.producer_run_id, "outputs")} >= {"outputs/generations.parquet",
+                                                                               "outputs/failures.parquet"}
+    again = positives.fn(cfg, i, w, FORCE, ctx)
+    assert again.counts["shards_skipped"] == 1 and again.stats["generated_this_run"] == 0
+    assert again.digest == m.digest  # the same rows, provenance timestamps included
+
+
+def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_path):
+    """`platonic serve-chat` as a user starts it: /v1/models, a chat completion, an injected 500."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("platonic")
+    p = subprocess.Popen([str(exe), "serve-chat", "--model", models["lm"], "--port", str(port), "--fail-every", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = ""
+        while "serving" not in seen and p.poll() is None:  # printed once the model is loaded and the port bound
+            seen += p.stdout.readline()
+        assert "serving" in seen, seen
+        base = f"http://127.0.0.1:{port}/v1"
+        assert [m["id"] for m in httpx.get(f"{base}/models").json()["data"]] == [models["lm"]]
+        body = {"model": models["lm"], "messages": [{"role": "user", "content": "a red cube"}], "max_tokens": 4}
+        r1 = httpx.post(f"{base}/chat/completions", json=body, timeout=30)
+        assert r1.status_code == 200 and r1.json()["choices"][0]["message"]["role"] == "assistant"
+        assert httpx.post(f"{base}/chat/completions", json=body, timeout=30).status_code == 500
+        wrong = httpx.post(f"{base}/chat/completions", json={**body, "model": "nope"}, timeout=30)
+        assert wrong.status_code == 404 and "not served" in wrong.json()["error"]["message"]
+    finally:
+        p.terminate()
+        p.wait(10)
