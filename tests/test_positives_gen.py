@@ -341,3 +341,15 @@ def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_pa
     finally:
         p.terminate()
         p.wait(10)
+
+
+def test_infra_recipe_points_the_openai_backend_at_the_paper_models():
+    from platonic_core.config import load_config
+
+    cfg = load_config(ROOT / "infra" / "vllm" / "positives_openai.yaml").positives
+    assert cfg.backend == "openai"
+    assert cfg.models.recaption.id == "llava-hf/llama3-llava-next-8b-hf"
+    assert cfg.models.paraphrase.id == "Qwen/Qwen2.5-7B-Instruct"
+    for script, model in (("serve_llava.sh", cfg.models.recaption), ("serve_qwen.sh", cfg.models.paraphrase)):
+        text = (ROOT / "infra" / "vllm" / script).read_text()
+        assert f"vllm serve {model.id}" in text and model.base_url.rsplit(":", 1)[1].split("/")[0] in text
