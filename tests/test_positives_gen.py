@@ -353,3 +353,60 @@ def test_infra_recipe_points_the_openai_backend_at_the_paper_models():
     for script, model in (("serve_llava.sh", cfg.models.recaption), ("serve_qwen.sh", cfg.models.paraphrase)):
         text = (ROOT / "infra" / "vllm" / script).read_text()
         assert f"vllm serve {model.id}" in text and model.base_url.rsplit(":", 1)[1].split("/")[0] in text
+
+
+def test_webdataset_corpus_recaptions_read_the_tar_members_the_ingest_located(models, tmp_path):
+    """Two webdataset shards ingested; recaption requests carry the very bytes of each
+    sample's image member (located at ingest, read by offset); a sample without an image
+    fails with image_unavailable; the output keeps the shards' alt-texts."""
+    import base64
+    import io
+    import tarfile
+
+    import numpy as np
+
+    from platonic_core.data.corpus import ingest_corpus
+    from platonic_core.data.readers import resolve_sources
+    from platonic_core.positives.images import png_bytes
+    from platonic_core.positives.transformers_backend import TransformersBackend
+
+    rng = np.random.default_rng(0)
+    sent: dict[str, bytes] = {}
+    for s in range(2):
+        with tarfile.open(tmp_path / f"{s:05d}.tar", "w") as tf:
+            for k in range(3):
+                key = f"{s}{k:04d}"
+                members = [(f"{key}.txt", f"a red cube number {k} in shard {s}".encode())]
+                if (s, k) != (1, 2):  # one sample has no image member
+                    sent[key] = png_bytes(rng.integers(0, 255, (32, 32, 3)))
+                    members.insert(0, (f"{key}.png", sent[key]))
+                for name, data in members:
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+    ic = IngestConfig(source="wds", paths=[str(tmp_path / f"{s:05d}.tar") for s in range(2)])
+    ingest_corpus(resolve_sources(ic.paths, "wds"), ic, tmp_path / "ingest", tmp_path / "cache")
+    shards = input_shards(tmp_path / "ingest")
+    assert [s for s, _ in shards] == ["00000", "00001"]
+
+    seen: dict[str, bytes] = {}
+
+    class Spy(TransformersBackend):  # the real backend, recording what each request carried
+        def generate(self, task, jobs, batch_size):
+            def record(js):
+                for j in js:
+                    for p in j.messages[0]["content"] if task == "recap" else []:
+                        if p["type"] == "image_url":
+                            seen[j.request.image_id] = base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
+                    yield j
+            yield from super().generate(task, record(jobs), batch_size)
+
+    cfg = cfg_for(models, "transformers")
+    (tmp_path / "out").mkdir()
+    counts, _ = generate_corpus(shards, cfg, Spy(cfg), tmp_path / "work", tmp_path / "out",
+                                lambda s: image_source(tmp_path / "ingest", None, s))
+    check_counts(tmp_path / "out", counts, requested=12)  # 6 samples x (1 recaption + 1 paraphrase)
+    assert seen == sent
+    fails = pq.read_table(tmp_path / "out" / "failures.parquet").to_pylist()
+    assert [f["raw"] for f in fails if f["reason"].startswith("image_unavailable")] == ["10002:recap:0"]
+    assert counts["input_texts"] == 6 and counts["shards"] == 2
