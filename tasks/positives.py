@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -41,9 +43,16 @@ def positives(cfg, ingest_m, world_m, mode, ctx):
             log.info("positives shard %-20s %-9s %s (resumed %d rows; %.1fs)", r.shard, r.status, r.counts,
                      r.resumed_from, r.seconds)
 
+        last = [time.monotonic()]
+
+        def on_batch(shard, answered, to_ask):  # a long shard says how far it got, every 30 s
+            if time.monotonic() - last[0] > 30:
+                last[0] = time.monotonic()
+                log.info("positives shard %s: %d / %d requests answered", shard, answered, to_ask)
+
         world_dir = world_m.path if "world" in inputs else None
         counts, stats = generate_corpus(input_shards(ingest_m.path), pc, backend, work, out,
-                                        lambda shard: image_source(ingest_m.path, world_dir, shard), progress)
+                                        lambda shard: image_source(ingest_m.path, world_dir, shard), progress, on_batch)
         if getattr(backend, "info", None):
             stats["runner"] = backend.info
         log.info("positives: %d texts generated this run, %.2f texts/s, %.1f tokens/s", stats["generated_this_run"],

@@ -246,12 +246,13 @@ class ShardRun:
 
 
 def generate_shard(shard: str, rows: list[dict], cfg, backend: ChatBackend, work: Path,
-                   images: ImageSource | None = None) -> ShardRun:
+                   images: ImageSource | None = None,
+                   on_batch: Callable[[str, int, int], None] | None = None) -> ShardRun:
     """One input shard -> part files under `work/<shard>/`, then its done marker.
 
     Pure in what it writes: a function of the shard's rows, the recipe and the backend's
     answers. Resumes: rows already in a part are not asked again; a shard with a done
-    marker is not touched."""
+    marker is not touched. `on_batch(shard, answered, to_ask)` follows progress."""
     d = Path(work) / shard
     if (d / DONE).is_file():
         return ShardRun(shard, "done", json.loads((d / DONE).read_text()))
@@ -262,7 +263,7 @@ def generate_shard(shard: str, rows: list[dict], cfg, backend: ChatBackend, work
     done = finished_keys(d)
     todo = [r for r in reqs if r.key not in done]
     t0 = time.perf_counter()
-    new_rows = new_tokens = 0
+    new_rows = new_tokens = answered = 0
     for task in TASKS:
         task_reqs = [r for r in todo if r.task == task]
         if not task_reqs:
@@ -274,6 +275,9 @@ def generate_shard(shard: str, rows: list[dict], cfg, backend: ChatBackend, work
             _write_part(d, out)
             new_rows += sum(r["status"] == "ok" for r in out)
             new_tokens += sum(r["completion_tokens"] for r in out if r["status"] == "ok")
+            answered += len(out)
+            if on_batch:
+                on_batch(shard, answered, len(todo))
         if failed:
             _write_part(d, [_row(shard, r, Completion(None, reason), prov, request_seed(cfg.seed, r.key))
                             for r, reason in failed])
@@ -345,7 +349,8 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
 
 def generate_corpus(shards: list[tuple[str, Path]], cfg, backend: ChatBackend, work: Path, out: Path,
                     images_for: Callable[[str], ImageSource | None] | None = None,
-                    progress: Callable[[ShardRun], None] | None = None) -> tuple[dict[str, int], dict]:
+                    progress: Callable[[ShardRun], None] | None = None,
+                    on_batch: Callable[[str, int, int], None] | None = None) -> tuple[dict[str, int], dict]:
     """Every input shard through `generate_shard` (finished shards skipped), then the
     stage's files (`assemble`). Returns (counts, stats); stats carry this run's throughput:
     generated texts and completion tokens per second of generation (shards finished by an
@@ -359,7 +364,7 @@ def generate_corpus(shards: list[tuple[str, Path]], cfg, backend: ChatBackend, w
             raise ValueError(f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
                              "(images are located for the world and for webdataset corpora); set "
                              "positives.recaptions=0 to paraphrase only")
-        runs.append(generate_shard(shard, table.to_pylist(), cfg, backend, work, images))
+        runs.append(generate_shard(shard, table.to_pylist(), cfg, backend, work, images, on_batch))
         if progress:
             progress(runs[-1])
     counts = assemble(inputs, read_generations(work, [s for s, _ in shards]), out)
