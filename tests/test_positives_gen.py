@@ -127,8 +127,8 @@ def test_openai_backend_records_injected_failures_with_their_reasons(models, wor
     srv, url = server
     srv.log.clear()
     srv.count = 0
-    srv.faults = Faults(fail_every=5, delay_every=7, delay_s=3.0, refuse_every=9)
-    cfg = cfg_for(models, "openai", url, http={"timeout_s": 1.0, "max_retries": 0})
+    srv.faults = Faults(fail_every=5, delay_every=7, delay_s=3.5, refuse_every=9)
+    cfg = cfg_for(models, "openai", url, http={"timeout_s": 1.5, "max_retries": 0})
     counts, _ = run(cfg, world_ingest, tmp_path / "work", tmp_path / "out")
     check_counts(tmp_path / "out", counts, requested=32)
     outcomes = Counter(e["outcome"] for e in srv.log)
@@ -203,6 +203,7 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
         time.sleep(0.02)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
+    time.sleep(0.3)  # let the server log the request that was in flight before the log is cleared
     assert p.returncode == -signal.SIGKILL
     before = {q.name for q in shard.glob("part-*.parquet")}
     assert before and not (shard / "_DONE.json").exists()
