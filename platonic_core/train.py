@@ -345,8 +345,7 @@ def train_model(
         start = load_train_state(ckpt, model, opt, sampler)["step"]
     net: torch.nn.Module = model
     if world > 1:
-        if device.type == "cuda":  # one set of BatchNorm statistics over the global batch
-            net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+        # the projector's BatchNorm already normalises over the global batch (GlobalBatchNorm1d)
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     if getattr(cfg, "compile", False):
         net = torch.compile(net)
@@ -392,6 +391,10 @@ def train_model(
         if cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         opt.step()
+        if world > 1:  # log the step's global terms: shares and local means averaged over processes
+            vec = torch.tensor(list(step_terms.values()), dtype=torch.float64)
+            dist.all_reduce(vec)
+            step_terms = dict(zip(step_terms, (vec / world).tolist(), strict=True))
         terms = step_terms
         if not math.isfinite(terms["loss"]):
             raise FloatingPointError(f"{desc}: loss is {terms['loss']} at step {step}")
@@ -561,7 +564,7 @@ def load_train_renders(world_dir: Path) -> np.ndarray:
 
 
 def run_train(cfg, seed: int, input_dir: Path, out: Path, on_log=None, desc: str = "train",
-              state_dir: Path | None = None, show_progress: bool = True) -> dict:
+              state_dir: Path | None = None, show_progress: bool = True, log_every: int = 10) -> dict:
     """Train one model from its input artifact (views or world); write a safetensors
     checkpoint (rank 0). `state_dir`: resumable training state (see `train_model`)."""
     rank, world = _dist()
@@ -591,7 +594,7 @@ def run_train(cfg, seed: int, input_dir: Path, out: Path, on_log=None, desc: str
         save_model(m, str(out / "snapshots" / f"step_{steps_done:06d}.safetensors"))
 
     summary = train_model(cfg, model, sampler, seed, on_log=on_log, desc=desc, on_snapshot=on_snapshot,
-                          state_dir=state_dir, show_progress=show_progress)
+                          state_dir=state_dir, show_progress=show_progress, log_every=log_every)
     if rank == 0:
         save_checkpoint(model.cpu(), build_args, out)
     summary["parameters"] = sum(p.numel() for p in model.parameters())
@@ -655,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.flush()
 
         summary = run_train(mcfg, cfg.seed, a.input, a.out, on_log=on_log, desc=f"train:{a.model}",
-                            state_dir=a.checkpoints, show_progress=False)
+                            state_dir=a.checkpoints, show_progress=False, log_every=1)
         if rank == 0:
             (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
         if log is not None:
