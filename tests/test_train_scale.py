@@ -181,3 +181,51 @@ def test_streaming_is_deterministic_split_and_resumable(views):
     g0, g1 = set(r0._groups(0)[0]), set(r1._groups(0)[0])
     assert g0 and g1 and not g0 & g1 and len(g0 | g1) == len(r0.sizes)
     assert r0()["input_ids"].shape[1] == 4  # half the global batch each
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_subword_tokenizers_train_offline_with_the_builtin_special_ids(tmp_path, kind):
+    from platonic_core.tokenizer import DEFAULT_SPECIALS, build_tokenizer, encode
+
+    texts = [r["text"] for r in _corpus(48)]
+    tok = build_tokenizer(texts, ViewsConfig(tokenizer=kind, vocab_size=120))
+    assert special_ids(tok) == DEFAULT_SPECIALS
+    ids, mask = encode(tok, ["a pink heart at the top.", "an unseenword"], 16)
+    assert ids[0, 0].item() == DEFAULT_SPECIALS["cls"] and (ids[mask.bool()] != DEFAULT_SPECIALS["unk"]).any()
+    assert tok.get_vocab_size() <= 120
+
+
+def test_pretrained_tokenizer_special_ids_and_a_clear_offline_error(monkeypatch):
+    from tokenizers import Tokenizer, models
+
+    from platonic_core.tokenizer import pretrained_tokenizer
+
+    # a BERT-like layout: specials are not 0..4, as in bert-base-uncased
+    vocab = {"[PAD]": 0, "[unused0]": 1, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103, "red": 104}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    assert special_ids(tok) == {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="needs the Hugging Face hub"):
+        pretrained_tokenizer("platonic-test/no-such-tokenizer")
+
+
+def test_embed_text_output_projector_and_layer(views, tmp_path):
+    from platonic_core.features import run_embed
+
+    recipe = views.parent / "recipe.yaml"
+    ck = tmp_path / "good"
+    main(["--recipe", str(recipe), "--model", "good", "--input", str(views), "--out", str(ck),
+          "--set", "train.models.good.steps=2"])
+    ev = tmp_path / "ingest"
+    ev.mkdir()
+    pq.write_table(pa.table({"image_id": ["b", "a", "c"], "text": ["a red star.", "one blue ring", "pink"]}),
+                   ev / "eval.parquet")
+    cfg = ModelConfig(kind="text_jepa", width=32, layers=1, heads=2, proj_dim=16)
+    (tmp_path / "p").mkdir()
+    pooled = run_embed(cfg, ck, ev, tmp_path / "p", 2)
+    assert pooled["layers"] == 2 and pooled["dim"] == 32
+    (tmp_path / "q").mkdir()
+    proj = run_embed(cfg, ck, ev, tmp_path / "q", 2, text_output="projector")
+    assert proj["layers"] == 1 and proj["dim"] == 16
+    (tmp_path / "r").mkdir()
+    assert run_embed(cfg, ck, ev, tmp_path / "r", 2, layer=0)["layers"] == 1
