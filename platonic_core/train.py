@@ -326,6 +326,9 @@ def train_model(
     accum = getattr(cfg, "grad_accum", 1)
     every = getattr(cfg, "checkpoint_every", 0)
     rank, world = _dist()
+    if cfg.batch_size % (world * accum):
+        raise ValueError(f"batch_size {cfg.batch_size} (global) is not divisible by {world} processes x "
+                         f"grad_accum {accum}")
     device = resolve_device(cfg)
     bf16 = use_bf16(cfg, device)
     snaps = set(snapshot_steps(steps, cfg.snapshots)) - {steps}
