@@ -26,12 +26,33 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over processes whose backward sums the gradients over processes too: every
+    process's loss depends on every process's rows, so each row's gradient is the sum of
+    what all processes' losses send it (DDP then averages parameter gradients)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out = x.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Differentiable all-reduce (sum); the identity outside torch.distributed."""
+    return _AllReduceSum.apply(x) if _distributed() else x
+
+
 def _all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     if not _distributed():
         return x
-    from torch.distributed.nn import all_reduce  # differentiable all-reduce
-
-    return all_reduce(x, op=dist.ReduceOp.SUM) / dist.get_world_size()
+    return all_reduce_sum(x) / dist.get_world_size()
 
 
 class EppsPulley(torch.nn.Module):

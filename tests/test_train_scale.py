@@ -229,3 +229,17 @@ def test_embed_text_output_projector_and_layer(views, tmp_path):
     assert proj["layers"] == 1 and proj["dim"] == 16
     (tmp_path / "r").mkdir()
     assert run_embed(cfg, ck, ev, tmp_path / "r", 2, layer=0)["layers"] == 1
+
+
+def test_gradient_accumulation_matches_one_big_batch_for_next_token(views, tmp_path):
+    """Two micro-batches of 8 give the step one batch of 16 gives (the loss is normalised by
+    the step's token count, not per micro-batch)."""
+    recipe = views.parent / "recipe.yaml"
+    outs = {}
+    for accum in (1, 2):
+        outs[accum] = tmp_path / f"a{accum}"
+        main(["--recipe", str(recipe), "--model", "ntp", "--input", str(views), "--out", str(outs[accum]),
+              "--set", f"train.models.ntp.grad_accum={accum}", "--set", "train.models.ntp.steps=4"])
+    a, b = load_file(str(outs[1] / "model.safetensors")), load_file(str(outs[2] / "model.safetensors"))
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=2e-5), k
