@@ -89,4 +89,9 @@ def train(cfg, model, input_m, mode, ctx):
     manifest = execute(inst, cfg, {input_m.stage: input_m}, mode, ctx, compute,
                        log_files=("model.safetensors", "model.json", "tokenizer.json"))
     shutil.rmtree(state, ignore_errors=True)  # committed: the resumable state is no longer needed
+    for d in (state.parent, state.parent.parent):  # and the folders it leaves empty
+        try:
+            d.rmdir()
+        except OSError:
+            break
     return manifest
