@@ -99,13 +99,17 @@ class SIGReg(torch.nn.Module):
     def forward(self, z: torch.Tensor, step: int) -> torch.Tensor:
         """z: (..., N, D) -> scalar; statistic per leading index, then averaged."""
         a = self.directions(z.size(-1), step, z.device)
-        return self.test(z.float() @ a).mean()
+        # fp32 even under bf16 autocast (which would run this matmul in bf16): the statistic
+        # compares a characteristic function to exp(-t²/2) to a few decimals
+        with torch.autocast(z.device.type, enabled=False):
+            return self.test(z.float() @ a).mean()
 
 
 def lejepa_loss(
     z: torch.Tensor, sigreg: SIGReg, lam: float, step: int, form: str = "minimal"
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """z: (V, N, K) projections of V views of N samples -> (loss, {terms})."""
+    z = z.float()  # a no-op in fp32; under bf16 autocast the loss terms are taken in fp32
     center = z.mean(0, keepdim=True)  # (1, N, K)
     prediction = (center - z).square().mean()
     if form == "minimal":
