@@ -12,7 +12,8 @@ loop on a copy of the same model with the same batch, objective and optimiser, a
   warm-up and not counted; target >= 0.9);
 - tokens/s (tokens in the batch: views x batch x sequence, padding included);
 - MFU = model FLOP/s / peak, with model FLOPs = 6 x non-embedding params x tokens + the
-  attention term 12 x layers x width x seq x tokens (+ the LM head for a causal LM), and the
+  attention term 12 x layers x width x seq x tokens (+ the LM head for a causal LM; + the
+  projector once per text for a JEPA; SIGReg and the optimiser are not counted), and the
   peak a dense GEMM measured in this run (bf16 on a GPU with --precision bf16, else fp32), and
   against --peak-tflops (e.g. 989 = H200 dense bf16) when given.
 Batches are random token ids of a fixed length (no tokenizer, no data loading).
@@ -64,9 +65,10 @@ def model_flops_per_step(cfg: ModelConfig, model: torch.nn.Module, tokens: int, 
         tr = model.lm.transformer
         non_emb = sum(p.numel() for p in tr.h.parameters()) + sum(p.numel() for p in tr.ln_f.parameters())
         non_emb += vocab * width  # the LM head matmul (weights tied to the embedding)
-    else:
-        non_emb = sum(p.numel() for p in model.bert.encoder.parameters()) + sum(p.numel() for p in model.proj.parameters())
-    return 6 * non_emb * tokens + 12 * layers * width * seq * tokens
+        return 6 * non_emb * tokens + 12 * layers * width * seq * tokens
+    non_emb = sum(p.numel() for p in model.bert.encoder.parameters())
+    proj = sum(p.numel() for p in model.proj.parameters())  # runs once per text, not per token
+    return 6 * non_emb * tokens + 12 * layers * width * seq * tokens + 6 * proj * (tokens // seq)
 
 
 def main() -> None:
