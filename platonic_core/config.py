@@ -286,7 +286,7 @@ class ModelConfig(Section):
         if self.snapshots and self.kind == "image_jepa":
             raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
         if self.snapshots > self.total_steps:
-            raise ValueError(f"snapshots = {self.snapshots} > steps = {self.steps}")
+            raise ValueError(f"snapshots = {self.snapshots} > steps = {self.total_steps}")
         return self
 
 
