@@ -92,7 +92,9 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
             raise ConfigError(f"{origin}: column {m!r} is the image model; columns are text models")
     if abl.scaling:
         sc = abl.scaling
-        full = cfg.train.models[sc.model].steps
+        full = cfg.train.models[sc.model].total_steps
+        # a sample budget would override the cell's steps: the cells set steps alone
+        unset = [f"train.models.{sc.model}.samples=null"] if cfg.train.models[sc.model].samples else []
         fit_steps = sorted({max(1, round(f * full)) for f in sc.fit_fractions})
         if len(fit_steps) < 3:
             raise ConfigError(f"{origin}: scaling.fit_fractions {sc.fit_fractions} of {full} steps give fewer "
@@ -101,7 +103,7 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
             for steps in fit_steps:
                 make(f"scaling/{sc.row}/steps={steps}/seed={seed}", "scaling", sc.row, seed,
                      [f"evaluate.text_models={_yaml_value([sc.model])}", f"train.models.{sc.model}.steps={steps}",
-                      f"train.models.{sc.model}.snapshots=0"], steps)
+                      f"train.models.{sc.model}.snapshots=0", *unset], steps)
     return abl, cells
 
 
@@ -132,7 +134,7 @@ def cell_records(results: list[CellResult]) -> list[dict]:
             rot = s.get("procrustes", {})
             records.append({
                 "cell": r.cell.name, "kind": r.cell.kind, "row": r.cell.row, "seed": r.cell.seed, "column": m,
-                "steps": mcfg.steps, "samples": mcfg.steps * mcfg.batch_size,
+                "steps": mcfg.total_steps, "samples": mcfg.total_steps * mcfg.batch_size,
                 "texts_per_sample": mcfg.n_views if mcfg.views == "good" else 1,
                 "mutual_knn": s["mutual_knn"], "ci95_eval": s["ci95"], "layer_a": s["layer_a"], "layer_b": s["layer_b"],
                 "t2i_R@1": rot.get("t2i_R@1"), "i2t_R@1": rot.get("i2t_R@1"), "heldout_residual": rot.get("heldout_residual"),

@@ -265,6 +265,14 @@ class ViewsConfig(Section):
     vocab_size: int = Field(400, ge=64)
     max_len: int = Field(48, ge=8)
     seed: int = 0
+    # issue 8 (training at scale): the tokenizer: `word` (deterministic word-level, the
+    # default), `wordpiece` / `bpe` (HF `tokenizers` trainers on the corpus, offline), or a
+    # pretrained one by hub name (`tokenizer_name`, e.g. bert-base-uncased; needs the hub).
+    tokenizer: Literal["word", "wordpiece", "bpe"] = "word"
+    tokenizer_name: str | None = None
+    # rows per Parquet row group of the views files: the unit a streaming trainer reads and
+    # splits across processes (None: one group, as before)
+    row_group_rows: int | None = Field(None, ge=1)
 
 
 class OptimConfig(Section):
@@ -302,6 +310,28 @@ class ModelConfig(Section):
     # the `curve` stage: alignment against samples seen. 0 = none.
     snapshots: int = Field(0, ge=0)
     optim: OptimConfig = OptimConfig()
+    # ---- issue 8: training at scale (defaults keep the demo's behaviour bit for bit) ----
+    # size preset (platonic_core/models/presets.py); `custom` = width/layers/heads above
+    preset: Literal["custom", "bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large"] = "custom"
+    # budget in samples (the paper's 21.6M / 900M); when set, steps = ceil(samples / batch_size)
+    samples: int | None = Field(None, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto: bf16 autocast on a GPU that supports it, fp32 otherwise
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # micro-batches per optimiser step; batch_size is the global batch (all processes)
+    grad_accum: int = Field(1, ge=1)
+    compile: bool = False
+    # processes per node: > 1 launches `torchrun --nproc-per-node nproc` (DDP: gloo/nccl)
+    nproc: int = Field(1, ge=1)
+    # write a resumable checkpoint every this many samples (0 = never)
+    checkpoint_every: int = Field(0, ge=0)
+    # memory: tokenise every text up front; stream: read Parquet row groups as needed
+    data: Literal["memory", "stream"] = "memory"
+
+    @property
+    def total_steps(self) -> int:
+        """Optimiser steps: from the sample budget when given, else `steps`."""
+        return -(-self.samples // self.batch_size) if self.samples else self.steps
 
     @model_validator(mode="after")
     def _check_views(self) -> ModelConfig:
@@ -312,10 +342,17 @@ class ModelConfig(Section):
             )
         if self.width % self.heads:
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        if self.preset != "custom" and self.kind == "image_jepa":
+            raise ValueError("presets are text model sizes; the image model is `custom`")
+        per_micro = self.nproc * self.grad_accum
+        if self.batch_size % per_micro:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by nproc x grad_accum = {per_micro}")
+        if self.data == "stream" and self.kind == "image_jepa":
+            raise ValueError("data: stream reads views shards; the image model trains on renders in memory")
         if self.snapshots and self.kind == "image_jepa":
             raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
-        if self.snapshots > self.steps:
-            raise ValueError(f"snapshots = {self.snapshots} > steps = {self.steps}")
+        if self.snapshots > self.total_steps:
+            raise ValueError(f"snapshots = {self.snapshots} > steps = {self.total_steps}")
         return self
 
 
@@ -333,6 +370,11 @@ class TrainConfig(Section):
 
 class EmbedConfig(Section):
     batch_size: int = Field(256, ge=1)
+    # issue 8: which text embedding the evaluation compares: `pooled` = mean-pooled hidden
+    # states of every layer (the PRH layer sweep), `projector` = the JEPA projector output
+    # (one layer, text_jepa only); `layer` keeps one layer of the pooled sweep (None = all)
+    text_output: Literal["pooled", "projector"] = "pooled"
+    layer: int | None = None
 
 
 class EvaluateConfig(Section):

@@ -68,7 +68,7 @@ def run_curve(model_cfg, train_dir: Path, ingest_dir: Path, image_embed_dir: Pat
     model = load_checkpoint(train_dir, model_cfg)
     weights = sorted((train_dir / "snapshots").glob("step_*.safetensors")) if (train_dir / "snapshots").is_dir() else []
     points = []
-    for steps, path in [*((int(p.stem.split("_")[1]), p) for p in weights), (model_cfg.steps, train_dir / "model.safetensors")]:
+    for steps, path in [*((int(p.stem.split("_")[1]), p) for p in weights), (model_cfg.total_steps, train_dir / "model.safetensors")]:
         load_model(model, str(path))
         s = alignment(checkpoint_text_features(model.eval(), train_dir, texts, batch_size), image, k=cfg.k,
                       clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=0)

@@ -15,14 +15,15 @@ import pyarrow.parquet as pq
 import torch
 
 from .models import load_checkpoint
-from .tokenizer import encode, load_tokenizer
+from .tokenizer import encode, load_tokenizer, special_ids
 
 
 @torch.no_grad()
-def text_layer_features(model: torch.nn.Module, tok, texts: list[str], max_len: int, batch_size: int = 256) -> list[np.ndarray]:
+def text_layer_features(model: torch.nn.Module, tok, texts: list[str], max_len: int, batch_size: int = 256,
+                        specials: dict[str, int] | None = None) -> list[np.ndarray]:
     chunks: list[list[torch.Tensor]] = []
     for s in range(0, len(texts), batch_size):
-        ids, mask = encode(tok, texts[s : s + batch_size], max_len)
+        ids, mask = encode(tok, texts[s : s + batch_size], max_len, specials)
         chunks.append(model.layer_features(ids, mask))
     return [torch.cat([c[i] for c in chunks]).numpy() for i in range(len(chunks[0]))]
 
@@ -94,17 +95,32 @@ def eval_captions(ingest_dir: Path) -> tuple[list[str], list[str]]:
 
 
 def checkpoint_text_features(model: torch.nn.Module, checkpoint_dir: Path, texts: list[str],
-                             batch_size: int = 256) -> list[np.ndarray]:
-    """Per-layer features of `texts` with a text model of a `train` artifact (its tokenizer)."""
+                             batch_size: int = 256, text_output: str = "pooled") -> list[np.ndarray]:
+    """Per-layer features of `texts` with a text model of a `train` artifact (its tokenizer).
+    `text_output: projector`: one layer, the JEPA projector's output instead."""
     tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
+    sp = special_ids(tok)
     max_len = json.loads((checkpoint_dir / "model.json").read_text())["max_len"]
-    return text_layer_features(model, tok, texts, max_len, batch_size)
+    if text_output == "projector":
+        if not hasattr(model, "proj"):
+            raise ValueError("embed.text_output: projector needs a JEPA text model (it has a projector)")
+        chunks = []
+        with torch.no_grad():
+            for s in range(0, len(texts), batch_size):
+                ids, mask = encode(tok, texts[s : s + batch_size], max_len, sp)
+                chunks.append(model(ids, mask)[1])  # (B, K)
+        return [torch.cat(chunks).numpy()]
+    if text_output != "pooled":
+        raise ValueError(f"unknown text_output {text_output!r} (pooled, projector)")
+    return text_layer_features(model, tok, texts, max_len, batch_size, sp)
 
 
-def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256) -> dict:
+def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256,
+              text_output: str = "pooled", layer: int | None = None) -> dict:
     """Embed the eval split with one trained model. Text models read the eval captions of an
     ingest artifact, the image model the eval renders of a world artifact; rows are ordered
-    by image id, the same order for every model (checked at evaluation)."""
+    by image id, the same order for every model (checked at evaluation). Text models:
+    `text_output` (pooled layers or the projector) and `layer` (keep one pooled layer)."""
     model = load_checkpoint(checkpoint_dir, model_cfg)
     if model_cfg.kind == "image_jepa":
         s = pq.read_table(eval_dir / "scenes.parquet", columns=["scene_id", "split", "render_row"]).to_pydict()
@@ -114,7 +130,11 @@ def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_
         layers = image_layer_features(model, renders[[r for _, r in pairs], 0], batch_size)
     else:
         ids, texts = eval_captions(eval_dir)
-        layers = checkpoint_text_features(model, checkpoint_dir, texts, batch_size)
+        layers = checkpoint_text_features(model, checkpoint_dir, texts, batch_size, text_output)
+        if layer is not None and text_output == "pooled":
+            if not -len(layers) <= layer < len(layers):
+                raise ValueError(f"embed.layer = {layer}, but the model has {len(layers)} layers (embeddings first)")
+            layers = [layers[layer]]
     save_features(layers, out / "features.npz")
     pq.write_table(pa.table({"image_id": ids}), out / "ids.parquet")
     return {"samples": len(ids), "layers": len(layers), "dim": int(layers[-1].shape[1])}

@@ -26,12 +26,33 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over processes whose backward sums the gradients over processes too: every
+    process's loss depends on every process's rows, so each row's gradient is the sum of
+    what all processes' losses send it (DDP then averages parameter gradients)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out = x.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Differentiable all-reduce (sum); the identity outside torch.distributed."""
+    return _AllReduceSum.apply(x) if _distributed() else x
+
+
 def _all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     if not _distributed():
         return x
-    from torch.distributed.nn import all_reduce  # differentiable all-reduce
-
-    return all_reduce(x, op=dist.ReduceOp.SUM) / dist.get_world_size()
+    return all_reduce_sum(x) / dist.get_world_size()
 
 
 class EppsPulley(torch.nn.Module):
@@ -78,13 +99,17 @@ class SIGReg(torch.nn.Module):
     def forward(self, z: torch.Tensor, step: int) -> torch.Tensor:
         """z: (..., N, D) -> scalar; statistic per leading index, then averaged."""
         a = self.directions(z.size(-1), step, z.device)
-        return self.test(z.float() @ a).mean()
+        # fp32 even under bf16 autocast (which would run this matmul in bf16): the statistic
+        # compares a characteristic function to exp(-t²/2) to a few decimals
+        with torch.autocast(z.device.type, enabled=False):
+            return self.test(z.float() @ a).mean()
 
 
 def lejepa_loss(
     z: torch.Tensor, sigreg: SIGReg, lam: float, step: int, form: str = "minimal"
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """z: (V, N, K) projections of V views of N samples -> (loss, {terms})."""
+    z = z.float()  # a no-op in fp32; under bf16 autocast the loss terms are taken in fp32
     center = z.mean(0, keepdim=True)  # (1, N, K)
     prediction = (center - z).square().mean()
     if form == "minimal":
@@ -98,7 +123,10 @@ def lejepa_loss(
     return loss, {"prediction": prediction.item(), "sigreg": reg.item()}
 
 
-def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of predicting token t+1 from tokens ≤ t. logits: (B, T, V)."""
+def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of predicting token t+1 from tokens ≤ t (mean, or `sum` over the real
+    targets: the trainer divides by the global target count under DDP). logits: (B, T, V)."""
     target = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)  # (B, T-1)
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), target.reshape(-1), ignore_index=-100)
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=-100,
+                           reduction=reduction)

@@ -48,7 +48,8 @@ SPECS: dict[str, StageSpec] = {
         StageSpec("views", 1, ("views",), ("dedup",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"),
                   "good views (texts of one image), texts for bad views / next-token, the shared tokenizer"),
         StageSpec("train", 1, ("seed", "train.models.{model}"), ("{train_input}",), ("model.safetensors", "model.json", "tokenizer.json"),
-                  "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders)"),
+                  "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
+                  "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>"),
         StageSpec("embed", 1, ("embed",), ("train:{model}", "{eval_input}"), ("features.npz", "ids.parquet"),
                   "per-layer embeddings of the eval captions (text models) or eval images (image model)"),
         StageSpec("evaluate", 2, ("evaluate",), ("embed:*",), ("scores.json", "table.md", "alignment.png"),

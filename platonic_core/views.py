@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .tokenizer import train_tokenizer
+from .tokenizer import build_tokenizer
 
 
 def build_views(texts: Path, cfg, out: Path) -> dict[str, int]:
@@ -28,10 +28,12 @@ def build_views(texts: Path, cfg, out: Path) -> dict[str, int]:
         if r["source_kind"] in cfg.good_sources:
             groups.setdefault(r["image_id"], []).append(r["text"])
     good = [(i, g) for i, g in sorted(groups.items()) if len(g) >= cfg.n_views]
-    pq.write_table(pa.table({"image_id": [i for i, _ in good], "texts": [g for _, g in good]}), out / "good_views.parquet")
+    rg = {"row_group_size": cfg.row_group_rows} if getattr(cfg, "row_group_rows", None) else {}
+    pq.write_table(pa.table({"image_id": [i for i, _ in good], "texts": [g for _, g in good]}), out / "good_views.parquet",
+                   **rg)
     single = [r for r in t if r["source_kind"] in cfg.text_sources]
-    pq.write_table(pa.Table.from_pylist(single), out / "texts.parquet")
-    tok = train_tokenizer([x for _, g in good for x in g] + [r["text"] for r in single], cfg.vocab_size)
+    pq.write_table(pa.Table.from_pylist(single), out / "texts.parquet", **rg)
+    tok = build_tokenizer([x for _, g in good for x in g] + [r["text"] for r in single], cfg)
     tok.save(str(out / "tokenizer.json"))
     (out / "meta.json").write_text(json.dumps({"max_len": cfg.max_len, "n_views": cfg.n_views}))
     return {

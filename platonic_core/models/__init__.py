@@ -17,16 +17,20 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from .image import ImageEncoder
+from .presets import PRESETS, resolve_dims
 from .text import CausalLM, TextEncoder
 
-__all__ = ["build_model", "save_checkpoint", "load_checkpoint", "TextEncoder", "CausalLM", "ImageEncoder"]
+__all__ = ["PRESETS", "resolve_dims", "build_model", "save_checkpoint", "load_checkpoint", "TextEncoder", "CausalLM", "ImageEncoder"]
 
 
-def build_model(cfg, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32) -> torch.nn.Module:
+def build_model(cfg, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32,
+                special_ids: dict[str, int] | None = None) -> torch.nn.Module:
+    """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout."""
+    layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
     if cfg.kind == "text_jepa":
-        return TextEncoder(vocab_size, cfg.width, cfg.layers, cfg.heads, cfg.proj_dim, max_len, cfg.attention)
+        return TextEncoder(vocab_size, width, layers, heads, cfg.proj_dim, max_len, cfg.attention, special_ids)
     if cfg.kind == "causal_lm":
-        return CausalLM(vocab_size, cfg.width, cfg.layers, cfg.heads, max_len, cfg.attention)
+        return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids)
     if cfg.kind == "image_jepa":
         return ImageEncoder(cfg.width, cfg.proj_dim, image_size)
     raise ValueError(f"unknown model kind {cfg.kind!r}")
