@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # shard tasks run outside a flow here
 
 from platonic_core.config import FanoutConfig, IngestConfig  # noqa: E402
 from platonic_core.data.corpus import ingest_corpus  # noqa: E402

@@ -21,6 +21,7 @@ from tasks.curve import curve
 from tasks.dedup import dedup
 from tasks.embed import embed
 from tasks.evaluate import evaluate
+from tasks.fanout import mapper_for
 from tasks.ingest import ingest
 from tasks.positives import positives
 from tasks.stage import RunContext
@@ -99,9 +100,17 @@ def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> d
     for name in models:
         src = "world" if cfg.train.models[name].kind == "image_jepa" else "views"
         run(f"train:{name}", lambda cfg_, mode, ctx_, n=name, s=src: train(cfg_, n, m.get(s), mode, ctx_))
-    for name in models:
-        src = "world" if cfg.train.models[name].kind == "image_jepa" else "ingest"
-        run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name, s=src: embed(cfg_, n, m.get(f"train:{n}"), m.get(s), mode, ctx_))
+    def eval_input(name: str) -> Manifest | None:
+        return m.get("world" if cfg.train.models[name].kind == "image_jepa" else "ingest")
+
+    to_embed = [n for n in models if modes[f"embed:{n}"] != SKIP]
+    mapper = mapper_for(cfg)
+    if mapper is not None and len(to_embed) > 1:  # one Dask task run per model
+        done = mapper(embed.fn, [(cfg, n, m.get(f"train:{n}"), eval_input(n), modes[f"embed:{n}"], ctx) for n in to_embed])
+        m.update({f"embed:{n}": manifest for n, manifest in zip(to_embed, done, strict=True)})
+    else:
+        for name in models:
+            run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name: embed(cfg_, n, m.get(f"train:{n}"), eval_input(n), mode, ctx_))
     run("evaluate", lambda cfg_, mode, ctx_: evaluate(cfg_, {f"embed:{n}": m[f"embed:{n}"] for n in models}, mode, ctx_))
     image = f"embed:{cfg.evaluate.image_model}"
     for name in curve_models(cfg):

@@ -107,7 +107,8 @@ def tags(run: dict) -> dict:
 
 def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_and_artifact(stack):
     st, env, folder = stack
-    run_id = start_run(env, f"out_dir={folder / 'out-a'}")
+    # embeddings fan out as Dask task runs inside the worker's flow run, logging to the server
+    run_id = start_run(env, f"out_dir={folder / 'out-a'}", "fanout.engine=dask", "fanout.workers=2")
     assert wait_state(env, run_id) == "COMPLETED"
     ml = Mlflow(env["MLFLOW_TRACKING_URI"])
     parent = ml.parent_of_flow_run(run_id)
