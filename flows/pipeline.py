@@ -14,13 +14,14 @@ import json
 from prefect import flow
 
 from platonic_core.artifacts import Manifest
-from platonic_core.config import PipelineConfig, stable_hash
+from platonic_core.config import PipelineConfig, load_config, stable_hash
 from platonic_core.stages import SKIP, curve_models, evaluated_models, plan
 from tasks import tracking
 from tasks.curve import curve
 from tasks.dedup import dedup
 from tasks.embed import embed
 from tasks.evaluate import evaluate
+from tasks.fanout import mapper_for
 from tasks.ingest import ingest
 from tasks.positives import positives
 from tasks.stage import RunContext
@@ -35,15 +36,40 @@ class StageUnavailable(RuntimeError):
     """The recipe asks for a stage this source cannot feed (real corpora stop after ingest)."""
 
 
+def resolve_config(config: dict | None, recipe: str | None, sets: list[str] | None) -> PipelineConfig:
+    """The flow's recipe: a validated config (what the CLI sends), or a recipe name/path plus
+    `--set` overrides (what a deployment sends: plain parameters the Prefect UI can edit).
+    The recipe's `services` endpoints are exported where the environment sets none."""
+    if config is not None:
+        if recipe is not None or sets:
+            raise ValueError("give either config or recipe (+ sets), not both")
+        cfg = PipelineConfig.model_validate(config)
+    else:
+        cfg = load_config(recipe or "demo", list(sets or []))
+    cfg.services.apply()
+    return cfg
+
+
 @flow(name="pipeline", log_prints=True)
-def pipeline(config: dict, only: str | None = None, from_stage: str | None = None, force: list[str] | None = None) -> dict:
-    cfg = PipelineConfig.model_validate(config)
+def pipeline(config: dict | None = None, only: str | None = None, from_stage: str | None = None,
+             force: list[str] | None = None, recipe: str | None = None, sets: list[str] | None = None) -> dict:
+    """Every stage of a recipe. From a deployment:
+    prefect deployment run 'pipeline/demo' --param recipe=tiny --param 'sets=["seed=1"]'"""
+    cfg = resolve_config(config, recipe, sets)
     modes = plan(cfg, only, from_stage, force)
     with parent_run(cfg.out_dir, cfg.experiment, cfg.name, cfg.model_dump(mode="json"),
                     {"platonic.flow": "pipeline", "platonic.plan": json.dumps(modes)}) as ctx:
         tracking.log_params(ctx.client, ctx.parent_run_id, tracking.flatten(cfg.model_dump(mode="json")))
         m = run_stages(cfg, modes, ctx)
         return collect_results(cfg, m, ctx.parent_run_id, ctx)
+
+
+@flow(name="stage", log_prints=True)
+def stage(stage: str, recipe: str = "demo", sets: list[str] | None = None, force: bool = False) -> dict:
+    """One stage instance (`train:good`, `embed`, ...) on cached upstream artifacts, under
+    its own parent run: what `platonic run --only STAGE` does. From a deployment:
+    prefect deployment run 'stage/train' --param recipe=tiny --param stage=train:good"""
+    return pipeline.fn(only=stage, force=[stage] if force else None, recipe=recipe, sets=sets)
 
 
 def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> dict[str, Manifest]:
@@ -74,9 +100,17 @@ def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> d
     for name in models:
         src = "world" if cfg.train.models[name].kind == "image_jepa" else "views"
         run(f"train:{name}", lambda cfg_, mode, ctx_, n=name, s=src: train(cfg_, n, m.get(s), mode, ctx_))
-    for name in models:
-        src = "world" if cfg.train.models[name].kind == "image_jepa" else "ingest"
-        run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name, s=src: embed(cfg_, n, m.get(f"train:{n}"), m.get(s), mode, ctx_))
+    def eval_input(name: str) -> Manifest | None:
+        return m.get("world" if cfg.train.models[name].kind == "image_jepa" else "ingest")
+
+    to_embed = [n for n in models if modes[f"embed:{n}"] != SKIP]
+    mapper = mapper_for(cfg)
+    if mapper is not None and len(to_embed) > 1:  # one Dask task run per model
+        done = mapper(embed.fn, [(cfg, n, m.get(f"train:{n}"), eval_input(n), modes[f"embed:{n}"], ctx) for n in to_embed])
+        m.update({f"embed:{n}": manifest for n, manifest in zip(to_embed, done, strict=True)})
+    else:
+        for name in models:
+            run(f"embed:{name}", lambda cfg_, mode, ctx_, n=name: embed(cfg_, n, m.get(f"train:{n}"), eval_input(n), mode, ctx_))
     run("evaluate", lambda cfg_, mode, ctx_: evaluate(cfg_, {f"embed:{n}": m[f"embed:{n}"] for n in models}, mode, ctx_))
     image = f"embed:{cfg.evaluate.image_model}"
     for name in curve_models(cfg):

@@ -77,6 +77,7 @@ def _run(cfg: PipelineConfig, only: str | None, from_stage: str | None, force: l
     from .stages import plan
 
     plan(cfg, only, from_stage, force)  # validate stage names before anything starts
+    cfg.services.apply()  # the recipe's endpoints, where the environment names none
     _embedded_defaults()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr

@@ -386,6 +386,42 @@ class EvaluateConfig(Section):
     bootstrap: int = Field(1000, ge=0)
 
 
+class ServicesConfig(Section):
+    """Where a served stack lives (README "Served stack"). Each is a fallback for the
+    standard variable named beside it: the environment wins, so one recipe runs on a laptop
+    (embedded defaults: a temporary Prefect server, SQLite MLflow under out_dir) and on the
+    lab's servers unchanged."""
+
+    prefect_api_url: str | None = None  # PREFECT_API_URL
+    mlflow_tracking_uri: str | None = None  # MLFLOW_TRACKING_URI
+    s3_endpoint_url: str | None = None  # MLFLOW_S3_ENDPOINT_URL (credentials: AWS_* variables only)
+
+    def apply(self) -> dict[str, str]:
+        """Export the recipe's endpoints where the environment sets none; returns what is in
+        effect (None-free), for logging."""
+        import os
+
+        for var, value in self.variables().items():
+            if value and not os.environ.get(var):
+                os.environ[var] = value
+        return {v: os.environ[v] for v in self.variables() if os.environ.get(v)}
+
+    def variables(self) -> dict[str, str | None]:
+        return {"PREFECT_API_URL": self.prefect_api_url, "MLFLOW_TRACKING_URI": self.mlflow_tracking_uri,
+                "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint_url}
+
+
+class FanoutConfig(Section):
+    """How shard-level work is spread: `inline` in the stage's process (ingest.workers > 1
+    still uses a local process pool), or `dask`: a Prefect task runner on Dask (prefect-dask),
+    a LocalCluster of `workers` processes, or the scheduler at `address` (env
+    PLATONIC_DASK_ADDRESS) on a cluster whose workers share the out_dir filesystem."""
+
+    engine: Literal["inline", "dask"] = "inline"
+    workers: int = Field(2, ge=1)
+    address: str | None = None
+
+
 class PipelineConfig(Section):
     name: str = "demo"
     seed: int = 0
@@ -399,6 +435,8 @@ class PipelineConfig(Section):
     train: TrainConfig
     embed: EmbedConfig = EmbedConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    services: ServicesConfig = ServicesConfig()
+    fanout: FanoutConfig = FanoutConfig()
 
     @model_validator(mode="after")
     def _check_refs(self) -> PipelineConfig:

@@ -22,6 +22,7 @@ from platonic_core.data.readers import Shard, resolve_sources
 from platonic_core.stages import FORCE, RUN, StageInstance
 
 from . import tracking
+from .fanout import mapper_for
 from .stage import RunContext, _logger, execute
 
 
@@ -74,7 +75,8 @@ def ingest(cfg, world_m, mode, ctx, folder: Path | None = None):
                      c.get("in", 0), c.get("kept", 0), c.get("quarantined", 0), r.seconds)
 
     def compute(out, run_id):
-        counts, results = ingest_corpus(shards, ic, out, ctx.store.root / "ingest-shards", progress)
+        counts, results = ingest_corpus(shards, ic, out, ctx.store.root / "ingest-shards", progress,
+                                        mapper=mapper_for(cfg))
         failed = [{"shard": r.shard.id, "uri": r.shard.uri, "error": r.error} for r in results if r.status == "failed"]
         return counts, {"failed_shards": failed}
 

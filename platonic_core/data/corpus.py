@@ -430,9 +430,13 @@ def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_
 
 
 def ingest_corpus(shards: list[Shard], cfg, out: Path, cache: Path,
-                  progress: Callable[[ShardResult], None] | None = None) -> tuple[dict[str, int], list[ShardResult]]:
+                  progress: Callable[[ShardResult], None] | None = None,
+                  mapper: Callable[[Callable, list[tuple]], list] | None = None) -> tuple[dict[str, int], list[ShardResult]]:
     """Ingest every shard (cached ones are not redone), lay the partitions out under `out`,
     quarantine cross-shard duplicate text ids, and register the DuckDB catalog.
+
+    `mapper(fn, calls) -> results in call order` runs the shards elsewhere (the pipeline's
+    Dask fan-out, tasks/fanout.py); without one, `cfg.workers` > 1 uses a local process pool.
 
     Returns (counts, per-shard results). A failed shard is reported (status failed, the
     error naming its file), the others complete; counts cover the shards that were read."""
@@ -440,7 +444,12 @@ def ingest_corpus(shards: list[Shard], cfg, out: Path, cache: Path,
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     results = []
-    if cfg.workers > 1 and len(shards) > 1:  # shards are independent: fan them out
+    if mapper is not None:
+        for r in mapper(run_shard, [(reader, s, cfg.max_text_chars, cache) for s in shards]):
+            results.append(r)
+            if progress:
+                progress(r)
+    elif cfg.workers > 1 and len(shards) > 1:  # shards are independent: fan them out
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 

@@ -1,0 +1,2 @@
+-- the MLflow backend store beside Prefect's database (compose.yaml)
+CREATE DATABASE mlflow;

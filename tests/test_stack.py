@@ -1,0 +1,192 @@
+"""The served stack, for real: PostgreSQL, an S3 store, `prefect server` + a process worker,
+`mlflow server` (Postgres backend, S3 artifacts proxied), all as processes on loopback
+(infra/local_stack.py). Deployed from prefect.yaml, run through the worker, checked through
+the MLflow REST API. Not in the default test set (needs PostgreSQL; ~3 min):
+
+    pytest -m stack
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.stack
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "infra"))
+import local_stack  # noqa: E402
+
+STAGES = 14  # tiny.yaml: world ingest positives dedup views, train×4, embed×4, evaluate
+LONGER = [f"train.models.{m}.steps=150" for m in ("good", "bad", "ntp", "image")]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("stack")
+    st = local_stack.up(folder)
+    env = {**os.environ, **st.env(), "PLATONIC_REPO": str(REPO), "PREFECT_HOME": str(folder / "prefect-home")}
+    p = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--name", "tiny"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    yield st, env, folder
+    local_stack.down(folder)
+
+
+def prefect(env, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prefect", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def start_run(env, *sets: str) -> str:
+    """`prefect deployment run 'pipeline/tiny'` without waiting: the flow run id."""
+    p = prefect(env, "deployment", "run", "pipeline/tiny", "--param", f"sets={json.dumps(list(sets))}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    return next(line.split("UUID:")[1].strip() for line in p.stdout.splitlines() if "UUID:" in line)
+
+
+def flow_state(env, run_id: str) -> str:
+    r = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=10)
+    r.raise_for_status()
+    return r.json()["state"]["type"]
+
+
+def wait_state(env, run_id: str, timeout: float = 300) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = flow_state(env, run_id)
+        if s in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return s
+        time.sleep(1)
+    raise AssertionError(f"flow run {run_id} still {s} after {timeout}s")
+
+
+class Mlflow:
+    """The MLflow REST API, as any client would use it."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+
+    def post(self, path: str, body: dict) -> dict:
+        r = httpx.post(f"{self.uri}/api/2.0/mlflow/{path}", json=body, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def get(self, endpoint: str, **params) -> dict:
+        r = httpx.get(f"{self.uri}/api/2.0/mlflow/{endpoint}", params=params, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def runs(self, filter_: str) -> list[dict]:
+        r = httpx.get(f"{self.uri}/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": "platonic-tiny"},
+                      timeout=30)
+        if r.status_code == 404:  # the first run has not created it yet
+            return []
+        exp = r.json()["experiment"]["experiment_id"]
+        return self.post("runs/search", {"experiment_ids": [exp], "filter": filter_, "max_results": 1000}).get("runs", [])
+
+    def parent_of_flow_run(self, flow_run_id: str) -> dict:
+        runs = self.runs(f"tags.`prefect.flow_run_id` = '{flow_run_id}'")
+        assert len(runs) == 1, runs
+        return runs[0]
+
+    def children(self, parent: dict) -> list[dict]:
+        return self.runs(f"tags.`mlflow.parentRunId` = '{parent['info']['run_id']}'")
+
+
+def tags(run: dict) -> dict:
+    return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_and_artifact(stack):
+    st, env, folder = stack
+    # embeddings fan out as Dask task runs inside the worker's flow run, logging to the server
+    run_id = start_run(env, f"out_dir={folder / 'out-a'}", "fanout.engine=dask", "fanout.workers=2")
+    assert wait_state(env, run_id) == "COMPLETED"
+    ml = Mlflow(env["MLFLOW_TRACKING_URI"])
+    parent = ml.parent_of_flow_run(run_id)
+    assert parent["info"]["status"] == "FINISHED"
+    kids = ml.children(parent)
+    by_stage = {tags(k)["platonic.stage_instance"]: k for k in kids}
+    assert len(by_stage) == STAGES and all(k["info"]["status"] == "FINISHED" for k in kids), sorted(by_stage)
+    train = by_stage["train:good"]
+    hist = ml.get("metrics/get-history", run_id=train["info"]["run_id"], metric_key="train/loss")["metrics"]
+    assert len(hist) >= 1 and all(m["value"] == m["value"] for m in hist)
+    arts = ml.get("artifacts/list", run_id=train["info"]["run_id"], path="outputs")["files"]
+    assert "outputs/model.safetensors" in {a["path"] for a in arts}
+    # the artifact comes back through the server's proxy, byte for byte, and lives in S3
+    r = httpx.get(f"{env['MLFLOW_TRACKING_URI']}/get-artifact",
+                  params={"path": "outputs/model.safetensors", "run_uuid": train["info"]["run_id"]}, timeout=30)
+    r.raise_for_status()
+    local = Path(json.loads(next((folder / "out-a" / "runs").glob("*/results.json")).read_text())["stages"]["train:good"]["uri"])
+    assert r.content == (local / "model.safetensors").read_bytes()
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{st.s3_port}", aws_access_key_id="platonic",
+                      aws_secret_access_key="platonic-secret", region_name="us-east-1")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=local_stack.BUCKET).get("Contents", [])]
+    assert any(k.endswith(f"{train['info']['run_id']}/artifacts/outputs/model.safetensors") for k in keys), keys[:5]
+
+
+def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack):
+    _, env, folder = stack
+    ids = [start_run(env, f"out_dir={folder / 'out-b'}", f"seed={s}", f"world.seed={s}") for s in (1, 2)]
+    assert [wait_state(env, i) for i in ids] == ["COMPLETED", "COMPLETED"]
+    ml = Mlflow(env["MLFLOW_TRACKING_URI"])
+    for i in ids:
+        kids = ml.children(ml.parent_of_flow_run(i))
+        assert len(kids) == STAGES and all(k["info"]["status"] == "FINISHED" for k in kids)
+        assert all(tags(k)["platonic.cache_hit"] == "false" for k in kids)  # different seeds: nothing shared
+    results = sorted((folder / "out-b" / "runs").glob("*/results.json"))
+    assert len(results) == 2 and all(len(json.loads(p.read_text())["models"]) == 3 for p in results)
+
+
+def test_a_killed_worker_leaves_a_stale_run_and_a_rerun_resumes_from_finished_stages(stack):
+    st, env, folder = stack
+    out = folder / "out-c"
+    sets = [f"out_dir={out}", "seed=3", "world.seed=3", *LONGER]
+    run_id = start_run(env, *sets)
+    ml = Mlflow(env["MLFLOW_TRACKING_URI"])
+    deadline = time.time() + 240
+    while True:  # until the first stages are finished and training is under way
+        assert time.time() < deadline, "the run did not get to training"
+        try:
+            kids = ml.children(ml.parent_of_flow_run(run_id))
+        except AssertionError:
+            kids = []
+        done = {tags(k)["platonic.stage_instance"] for k in kids if k["info"]["status"] == "FINISHED"}
+        if {"world", "ingest", "views"} <= done and any(tags(k)["platonic.stage"] == "train" for k in kids):
+            break
+        time.sleep(0.5)
+    st.stop("worker")  # SIGKILL to the worker's process group: the flow run's process dies with it
+    time.sleep(3)
+    # what the user sees: Prefect reports the run CRASHED (or, where nothing could report,
+    # still RUNNING with no worker: then the user marks it crashed or cancels it in the UI);
+    # the MLflow parent run is left open; the finished stages' artifacts are committed
+    state = flow_state(env, run_id)
+    assert state in ("CRASHED", "RUNNING"), state
+    if state == "RUNNING":
+        r = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}/set_state",
+                       json={"state": {"type": "CRASHED", "message": "worker killed"}, "force": True}, timeout=10)
+        r.raise_for_status()
+    print(f"after SIGKILL of the worker: Prefect state {state}, MLflow parent "
+          f"{ml.parent_of_flow_run(run_id)['info']['status']}")
+    finished_before = {tags(k)["platonic.stage_instance"] for k in ml.children(ml.parent_of_flow_run(run_id))
+                       if k["info"]["status"] == "FINISHED"}
+    assert not (out / "runs").exists() or not list((out / "runs").glob("*/results.json"))  # it did not finish
+    st.start_worker("worker-2", cwd=REPO)
+    rerun = start_run(env, *sets)
+    assert wait_state(env, rerun) == "COMPLETED"
+    assert flow_state(env, run_id) == "CRASHED"
+    kids = {tags(k)["platonic.stage_instance"]: tags(k) for k in ml.children(ml.parent_of_flow_run(rerun))}
+    assert len(kids) == STAGES
+    hits = {s for s, t in kids.items() if t["platonic.cache_hit"] == "true"}
+    assert finished_before <= hits, (finished_before, hits)  # nothing finished is redone
+    assert any(t["platonic.cache_hit"] == "false" for t in kids.values())  # what was cut short is
