@@ -148,7 +148,7 @@ def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack):
     assert len(results) == 2 and all(len(json.loads(p.read_text())["models"]) == 3 for p in results)
 
 
-def test_a_killed_worker_leaves_a_stale_run_and_a_rerun_resumes_from_finished_stages(stack):
+def test_a_killed_worker_crashes_the_run_and_a_rerun_resumes_from_finished_stages(stack):
     st, env, folder = stack
     out = folder / "out-c"
     sets = [f"out_dir={out}", "seed=3", "world.seed=3", *LONGER]
