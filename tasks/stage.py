@@ -10,10 +10,12 @@ Every stage task calls `execute(...)` with a `compute(out_dir) -> (counts, stats
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,7 +86,32 @@ def execute(
     return manifest
 
 
+@contextmanager
+def _exclusive(store: ArtifactStore, inst: StageInstance, key: str, log) -> Iterator[None]:
+    """One producer per (stage instance, cache key) at a time, across processes on this
+    filesystem: a second flow run of the same recipe waits, then finds a cache hit, instead
+    of computing the artifact again and replacing it under the first run's feet. The lock
+    is released by the OS if its holder dies."""
+    locks = store.root / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{inst.id.replace(':', '-')}-{key}.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("%-14s waiting    %s (another run is producing it)", inst.id, key)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _execute(inst, cfg, inputs, mode, ctx, compute, log_files, key, folder) -> Manifest:
+    with _exclusive(ctx.store, inst, key, _logger()):
+        return _execute_locked(inst, cfg, inputs, mode, ctx, compute, log_files, key, folder)
+
+
+def _execute_locked(inst, cfg, inputs, mode, ctx, compute, log_files, key, folder) -> Manifest:
     store, c, log = ctx.store, ctx.client, _logger()
     hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
     if hit is not None and hit.counts.get("shards_failed"):
