@@ -31,7 +31,7 @@ def dask_runner(fanout):
         return DaskTaskRunner(address=address)
     # processes, one thread each: shard work is CPU-bound Python/Arrow code
     return DaskTaskRunner(cluster_kwargs={"n_workers": fanout.workers, "threads_per_worker": 1, "processes": True,
-                                          "dashboard_address": None})
+                                          "dashboard_address": ":0"})  # a free port: never clash
 
 
 def mapper_for(cfg) -> Mapper | None:

@@ -14,6 +14,7 @@ from platonic_core.positives import (
 from platonic_core.positives.images import image_source, input_shards
 from platonic_core.stages import StageInstance, cache_key
 
+from .fanout import mapper_for
 from .stage import _logger, execute
 
 
@@ -36,7 +37,8 @@ def positives(cfg, ingest_m, world_m, mode, ctx):
         # killed run (or a forced rerun) resumes instead of regenerating
         key = cache_key(inst, cfg, {n: m.digest for n, m in inputs.items()})
         work = ctx.store.root / "positives-work" / key
-        backend = make_backend(pc)
+        mapper = mapper_for(cfg)
+        backend = make_backend(pc) if mapper is None else None  # fanned out: each worker builds its own
         log = _logger()
 
         def progress(r):
@@ -52,7 +54,8 @@ def positives(cfg, ingest_m, world_m, mode, ctx):
 
         world_dir = world_m.path if "world" in inputs else None
         counts, stats = generate_corpus(input_shards(ingest_m.path), pc, backend, work, out,
-                                        lambda shard: image_source(ingest_m.path, world_dir, shard), progress, on_batch)
+                                        lambda shard: image_source(ingest_m.path, world_dir, shard), progress, on_batch,
+                                        mapper=mapper)
         if getattr(backend, "info", None):
             stats["runner"] = backend.info
         log.info("positives: %d texts generated this run, %.2f texts/s, %.1f tokens/s", stats["generated_this_run"],

@@ -62,3 +62,67 @@ def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, 
     # no variable, no recipe value: the embedded default, a SQLite store under out_dir
     assert ServicesConfig().apply() == {"PREFECT_API_URL": "http://elsewhere:4200/api"}
     assert tracking.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+
+
+def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefect_harness):
+    """Paraphrases of a 3-shard corpus with a tiny local LM: each Dask worker builds its own
+    backend; the generated texts are those of the in-process run (seeds are per request)."""
+    from platonic_core.config import PositivesConfig
+    from platonic_core.positives import make_backend
+    from platonic_core.positives.generate import generate_corpus
+    from platonic_core.positives.images import input_shards
+    from platonic_core.standins import build_generation_standins
+
+    paths = corpus(tmp_path / "src", shards=3, rows=12)
+    ic = IngestConfig(source="jsonl", paths=paths, text_columns={"text": "alt"})
+    ingest_corpus(resolve_sources(ic.paths, ic.source), ic, tmp_path / "ingest", tmp_path / "cache")
+    lm = build_generation_standins(tmp_path / "models", [json.loads(line)["text"] for line in
+                                                         Path(paths[0]).read_text().splitlines()[:12]])["lm"]
+    pc = PositivesConfig(backend="transformers", recaptions=0, paraphrases=1, models={"paraphrase": {"id": lm}},
+                         sampling={"max_tokens": 6}, batch_size=8)
+    shards = input_shards(tmp_path / "ingest")
+    assert len(shards) == 3
+    runs = {}
+    for engine in ("inline", "dask"):
+        out = tmp_path / f"out-{engine}"
+        out.mkdir()
+        # one worker process: it still pickles the shard calls and builds its own backend,
+        # and loads torch once rather than twice (CI time)
+        mapper = mapper_for(type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=1)})())
+        counts, _ = generate_corpus(shards, pc, make_backend(pc) if mapper is None else None, tmp_path / f"work-{engine}",
+                                    out, mapper=mapper)
+        assert counts["requested"] == 36 == counts["generated"] + counts["failed"]
+        runs[engine] = pq.read_table(out / "texts.parquet", columns=["image_id", "text_id", "text"]).to_pylist()
+    assert runs["dask"] == runs["inline"]
+
+
+def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_cache_hit(tmp_path):
+    """Two flow runs of one recipe at once: the stage body runs once; the other run waits on
+    the cache key's lock and then reads the committed artifact."""
+    import threading
+
+    from platonic_core.stages import RUN, StageInstance
+    from tasks.stage import RunContext, execute
+
+    cfg = load_config("tiny", [f"out_dir={tmp_path}"])
+    c = tracking.client(tmp_path)
+    exp = tracking.experiment_id(c, "lock-test", tmp_path)
+    calls, results = [], []
+
+    def compute(out, run_id):
+        calls.append(run_id)
+        (out / "scenes.txt").write_text("x")
+        threading.Event().wait(1.0)  # long enough for the other producer to arrive
+        return {"n": 1}, {}
+
+    def produce():
+        ctx = RunContext(tmp_path, exp, c.create_run(exp).info.run_id, tracking.tracking_uri(tmp_path))
+        results.append(execute(StageInstance("world"), cfg, {}, RUN, ctx, compute))
+
+    threads = [threading.Thread(target=produce) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(calls) == 1 and len(results) == 2
+    assert results[0].digest == results[1].digest and results[0].producer_run_id == results[1].producer_run_id

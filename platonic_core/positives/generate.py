@@ -347,26 +347,49 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
 # ---- the whole corpus ------------------------------------------------------------------------
 
 
-def generate_corpus(shards: list[tuple[str, Path]], cfg, backend: ChatBackend, work: Path, out: Path,
+def _shard_images(shard: str, cfg, images_for: Callable[[str], ImageSource | None] | None) -> ImageSource | None:
+    images = images_for(shard) if images_for is not None and cfg.recaptions else None
+    if cfg.recaptions and images is None:
+        raise ValueError(f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
+                         "(images are located for the world and for webdataset corpora); set "
+                         "positives.recaptions=0 to paraphrase only")
+    return images
+
+
+def generate_shard_with_own_backend(shard: str, path: Path, cfg, work: Path,
+                                    images_for: Callable[[str], ImageSource | None] | None) -> ShardRun:
+    """`generate_shard` in a fan-out worker: it builds its own backend (an HTTP client, a
+    model, a vLLM runner) from the recipe, since none of those travel between processes."""
+    from . import make_backend
+
+    return generate_shard(shard, pq.read_table(path).to_pylist(), cfg, make_backend(cfg), work,
+                          _shard_images(shard, cfg, images_for))
+
+
+def generate_corpus(shards: list[tuple[str, Path]], cfg, backend: ChatBackend | None, work: Path, out: Path,
                     images_for: Callable[[str], ImageSource | None] | None = None,
                     progress: Callable[[ShardRun], None] | None = None,
-                    on_batch: Callable[[str, int, int], None] | None = None) -> tuple[dict[str, int], dict]:
+                    on_batch: Callable[[str, int, int], None] | None = None,
+                    mapper: Callable[[Callable, list[tuple]], list] | None = None) -> tuple[dict[str, int], dict]:
     """Every input shard through `generate_shard` (finished shards skipped), then the
     stage's files (`assemble`). Returns (counts, stats); stats carry this run's throughput:
     generated texts and completion tokens per second of generation (shards finished by an
-    earlier run do not count)."""
-    runs, inputs = [], []
-    for shard, path in shards:
-        table = pq.read_table(path)
-        inputs.append(table)
-        images = images_for(shard) if images_for is not None and cfg.recaptions else None
-        if cfg.recaptions and images is None:
-            raise ValueError(f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
-                             "(images are located for the world and for webdataset corpora); set "
-                             "positives.recaptions=0 to paraphrase only")
-        runs.append(generate_shard(shard, table.to_pylist(), cfg, backend, work, images, on_batch))
-        if progress:
-            progress(runs[-1])
+    earlier run do not count). `mapper(fn, calls) -> results in call order` runs the shards
+    elsewhere (the pipeline's Dask fan-out), each worker with a backend of its own."""
+    runs, inputs = [], [pq.read_table(path) for _, path in shards]
+    if mapper is not None:
+        for shard, _ in shards:
+            _shard_images(shard, cfg, images_for)  # fail before anything is sent out
+        runs = mapper(generate_shard_with_own_backend, [(shard, path, cfg, work, images_for) for shard, path in shards])
+        for r in runs:
+            if progress:
+                progress(r)
+    else:
+        for (shard, _), table in zip(shards, inputs, strict=True):
+            runs.append(generate_shard(shard, table.to_pylist(), cfg, backend, work,
+                                       _shard_images(shard, cfg, images_for), on_batch))
+            if progress:
+                progress(runs[-1])
     counts = assemble(inputs, read_generations(work, [s for s, _ in shards]), out)
     counts |= {"shards": len(runs), "shards_skipped": sum(r.status == "done" for r in runs),
                "resumed_rows": sum(r.resumed_from for r in runs)}
