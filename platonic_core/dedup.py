@@ -113,7 +113,9 @@ def eval_from_text_table(path: Path, name: str) -> pa.Table:
                      "eval_image_id": t["image_id"], "eval_text": t["text"]}, schema=EVAL_SCHEMA)
 
 
-def _connect(files: list[Path], evals: pa.Table, levels: list[str]) -> duckdb.DuckDBPyConnection:
+def _connect(files: list[Path], evals: pa.Table, levels: list[str],
+             rows: tuple[int, int] | None = None) -> duckdb.DuckDBPyConnection:
+    """`rows=(start, stop)`: only those rows of the one corpus file (a fan-out unit)."""
     con = duckdb.connect()
     con.create_function("platonic_norm", _norm_udf, [duckdb.sqltypes.VARCHAR], duckdb.sqltypes.VARCHAR,
                         type="arrow", side_effects=False)
@@ -121,7 +123,12 @@ def _connect(files: list[Path], evals: pa.Table, levels: list[str]) -> duckdb.Du
     cols = [*CORPUS_COLUMNS] + [c if c in present else f"NULL::{'BIGINT' if c == 'source_row' else 'VARCHAR'} AS {c}"
                                 for c in PROVENANCE_COLUMNS]
     paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-    con.execute(f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true)")
+    if rows is None:
+        con.execute(f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true)")
+    else:
+        assert len(files) == 1, "a row range is of one file"
+        con.execute(f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], file_row_number = true) "
+                    f"WHERE file_row_number >= {int(rows[0])} AND file_row_number < {int(rows[1])}")
     norm = pa.array([normalize_text(t) for t in evals["eval_text"].to_pylist()], pa.string())
     con.register("eval_in", evals.append_column("norm", norm))
     con.execute("CREATE TABLE eval AS SELECT * FROM eval_in")
@@ -146,9 +153,38 @@ def exact_matches(con: duckdb.DuckDBPyConnection) -> pa.Table:
     return con.sql("SELECT * FROM exact_matches").to_arrow_table().cast(MATCH_SCHEMA)
 
 
-def near_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
-    """MinHash LSH over the corpus, streamed in batches of `cfg.batch_rows` texts."""
+def near_units(files: list[Path], batch_rows: int) -> list[tuple[str, int, int]]:
+    """The near level's fan-out units: (file, start, stop) row ranges of `batch_rows` texts."""
+    units = []
+    for f in files:
+        n = pq.ParquetFile(f).metadata.num_rows
+        units += [(str(f), a, min(a + batch_rows, n)) for a in range(0, n, batch_rows)]
+    return units
+
+
+def near_unit(file: str, start: int, stop: int, evals: pa.Table, cfg) -> tuple[pa.Table, int]:
+    """Near matches of rows [start, stop) of one corpus file against every eval caption:
+    (matches, texts scanned). Units are independent (the eval side is whole in each), and the
+    `matches` table is sorted after the levels, so the fanned-out result is the inline one."""
+    con = _connect([Path(file)], evals, ["near"], rows=(start, stop))
+    try:
+        stats: dict = {}
+        return near_matches(con, cfg, stats), stats["near_texts"]
+    finally:
+        con.close()
+
+
+def near_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict, fanout=None) -> pa.Table:
+    """MinHash LSH over the corpus, streamed in batches of `cfg.batch_rows` texts.
+    `fanout=(mapper, files, evals)`: one `near_unit` per batch-sized row range, run by
+    `mapper(fn, calls) -> results in call order` (tasks/fanout.py: Dask workers)."""
     from .minhash import MinHasher, NearIndex, ragged
+
+    if fanout is not None:
+        mapper, files, evals = fanout
+        results = mapper(near_unit, [(*u, evals, cfg) for u in near_units(files, cfg.batch_rows)])
+        stats["near_texts"] = sum(n for _m, n in results)
+        return pa.concat_tables([MATCH_SCHEMA.empty_table(), *(m for m, _n in results)])
 
     con.execute(sql("dedup_shingles", sizes="[" + ", ".join(str(int(n)) for n in cfg.ngrams) + "]"))
     ev = con.sql("SELECT * FROM eval_shingles WHERE len(shingles) > 0 ORDER BY eval_row").to_arrow_table()
@@ -230,11 +266,12 @@ def embed_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
 # ---- the audit -----------------------------------------------------------------------------
 
 
-def _run_levels(con: duckdb.DuckDBPyConnection, cfg, enabled: bool = True) -> dict:
+def _run_levels(con: duckdb.DuckDBPyConnection, cfg, enabled: bool = True, near_fanout=None) -> dict:
     """Every audited level into the `matches` table; per-level counts; seconds per level."""
     stats: dict = {}
     found = []
-    for level, fn in (("exact", lambda: exact_matches(con)), ("near", lambda: near_matches(con, cfg.near, stats)),
+    for level, fn in (("exact", lambda: exact_matches(con)),
+                      ("near", lambda: near_matches(con, cfg.near, stats, near_fanout)),
                       ("embed", lambda: embed_matches(con, cfg.embed, stats))):
         if enabled and level in cfg.levels:
             t0 = time.perf_counter()
@@ -333,19 +370,21 @@ def audit_metrics(summary: dict) -> dict[str, int]:
 
 
 def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval",
-          stats: dict | None = None) -> dict[str, int]:
+          stats: dict | None = None, mapper=None) -> dict[str, int]:
     """Audit `texts` against the eval split, remove per the policy, write the cleaned corpus.
 
     Writes texts.parquet (kept, input order and columns), removed.parquet (+ eval_set,
     eval_text_id, reason), matches.parquet / summary.json / summary.md (the audit) and
     report.json. Counts: in == kept + removed; removed == sum of removed_by_<reason>.
     Timings go to `stats` (if given), never into the content files, so a re-run writes the
-    same bytes."""
+    same bytes. `mapper` (tasks/fanout.py) fans the near level out over row ranges of
+    `near.batch_rows` texts; the exact level is one hash join and stays in process."""
     evals = eval_from_text_table(eval_texts, eval_name)
     files = corpus_files([texts])
     con = _connect(files, evals, cfg.levels)
     try:
-        timings = _run_levels(con, cfg, enabled=cfg.enabled)  # disabled: nothing audited or removed
+        timings = _run_levels(con, cfg, enabled=cfg.enabled,
+                              near_fanout=None if mapper is None else (mapper, files, evals))  # disabled: nothing audited or removed
         if stats is not None:
             stats.update(timings)
         summary = _summary(con, cfg, {})

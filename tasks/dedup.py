@@ -6,6 +6,7 @@ from prefect.cache_policies import NO_CACHE
 from platonic_core.dedup import dedup as run_dedup
 from platonic_core.stages import StageInstance
 
+from .fanout import mapper_for
 from .stage import execute
 
 
@@ -16,7 +17,8 @@ def dedup(cfg, positives_m, ingest_m, mode, ctx):
     def compute(out, run_id):
         stats: dict = {}
         counts = run_dedup(positives_m.path / "texts.parquet", ingest_m.path / "eval.parquet", cfg.dedup, out,
-                           eval_name="world", stats=stats)
+                           eval_name="world", stats=stats,
+                           mapper=mapper_for(cfg))
         return counts, stats
 
     return execute(StageInstance("dedup"), cfg, {"positives": positives_m, "ingest": ingest_m}, mode, ctx, compute,

@@ -126,3 +126,36 @@ def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_ca
         t.join(30)
     assert len(calls) == 1 and len(results) == 2
     assert results[0].digest == results[1].digest and results[0].producer_run_id == results[1].producer_run_id
+
+
+def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, prefect_harness):
+    """The near level in row ranges on Dask workers: the dedup stage writes the same bytes
+    (matches, removals, kept texts, report) as the in-process run."""
+    from platonic_core.artifacts import folder_digest
+    from platonic_core.config import DedupConfig
+    from platonic_core.data.schema import text_table
+    from platonic_core.dedup import dedup, near_units
+
+    evals = [f"a small red square left of a blue circle number {k}" for k in range(4)]
+    rows = [{"image_id": f"i{n}", "text_id": f"i{n}:alt:0", "source_kind": "alt",
+             "text": f"picture {n} of a green triangle above a yellow star"} for n in range(150)]
+    for n in range(0, 150, 23):  # near edits of eval captions, spread over every row range
+        rows[n]["text"] = evals[n % 4].replace("small ", "") + " today"
+    rows[7]["text"] = evals[1].upper()  # an exact match too
+    pq.write_table(text_table(rows), tmp_path / "texts.parquet")
+    pq.write_table(text_table([{"image_id": f"E{k}", "text_id": f"E{k}:eval:0", "source_kind": "eval", "text": t}
+                               for k, t in enumerate(evals)]), tmp_path / "eval.parquet")
+    cfg = DedupConfig(levels=["exact", "near"], remove=["exact", "near"], near={"batch_rows": 40})
+    assert len(near_units([tmp_path / "texts.parquet"], 40)) == 4
+    runs = {}
+    for engine in ("inline", "dask"):
+        out = tmp_path / f"out-{engine}"
+        out.mkdir()
+        mapper = mapper_for(type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=2)})())
+        stats: dict = {}
+        counts = dedup(tmp_path / "texts.parquet", tmp_path / "eval.parquet", cfg, out, eval_name="world",
+                       stats=stats, mapper=mapper)
+        runs[engine] = (counts, stats["near_texts"], folder_digest(out))
+    assert runs["dask"] == runs["inline"]
+    counts = runs["inline"][0]
+    assert counts["removed_by_exact"] == 1 and counts["removed_by_near"] == 7 and counts["in"] == 150
