@@ -51,7 +51,11 @@ def test_dask_fanout_of_ingest_shards_matches_the_inline_run(tmp_path, prefect_h
 
 def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, tmp_path):
     for var in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL"):
-        monkeypatch.delenv(var, raising=False)
+        # setenv first so teardown restores the original state: apply() writes os.environ
+        # itself, and a bare delenv of an unset variable records nothing (the recipe's
+        # mlflow.lab then leaked into every later test)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     cfg = load_config("tiny", ["services.mlflow_tracking_uri=http://mlflow.lab:5000",
                                "services.prefect_api_url=http://prefect.lab:4200/api"])
     monkeypatch.setenv("PREFECT_API_URL", "http://elsewhere:4200/api")  # the environment wins
