@@ -54,10 +54,9 @@ def write_corpus(folder: Path, shards: int, rows: int) -> list[str]:
 def run(paths: list[str], work: Path, engine: str, workers: int) -> float:
     shutil.rmtree(work, ignore_errors=True)
     ic = IngestConfig(source="jsonl", paths=paths)
-    cfg = type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=workers)})()
     t0 = time.perf_counter()
     counts, _ = ingest_corpus(resolve_sources(ic.paths, "jsonl"), ic, work / "out", work / "cache",
-                              mapper=mapper_for(cfg))
+                              mapper=mapper_for(FanoutConfig(engine=engine, workers=workers)))
     dt = time.perf_counter() - t0
     assert counts["in"] == counts["kept"] + counts["quarantined"]
     return dt
@@ -83,10 +82,9 @@ def run_dedup(inputs: tuple[Path, Path], rows: int, work: Path, engine: str, wor
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    cfg = type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=workers)})()
     dc = DedupConfig(levels=["exact", "near"], near={"batch_rows": rows})  # one unit per input shard
     t0 = time.perf_counter()
-    counts = dedup(*inputs, dc, work, mapper=mapper_for(cfg))
+    counts = dedup(*inputs, dc, work, mapper=mapper_for(FanoutConfig(engine=engine, workers=workers)))
     dt = time.perf_counter() - t0
     assert counts["in"] == counts["kept"] + counts["removed"]
     return dt

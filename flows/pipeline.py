@@ -104,7 +104,7 @@ def run_stages(cfg: PipelineConfig, modes: dict[str, str], ctx: RunContext) -> d
         return m.get("world" if cfg.train.models[name].kind == "image_jepa" else "ingest")
 
     to_embed = [n for n in models if modes[f"embed:{n}"] != SKIP]
-    mapper = mapper_for(cfg)
+    mapper = mapper_for(cfg.fanout)
     if mapper is not None and len(to_embed) > 1:  # one Dask task run per model
         done = mapper(embed.fn, [(cfg, n, m.get(f"train:{n}"), eval_input(n), modes[f"embed:{n}"], ctx) for n in to_embed])
         m.update({f"embed:{n}": manifest for n, manifest in zip(to_embed, done, strict=True)})

@@ -265,7 +265,7 @@ class ViewsConfig(Section):
     vocab_size: int = Field(400, ge=64)
     max_len: int = Field(48, ge=8)
     seed: int = 0
-    # issue 8 (training at scale): the tokenizer: `word` (deterministic word-level, the
+    # the tokenizer: `word` (deterministic word-level, the
     # default), `wordpiece` / `bpe` (HF `tokenizers` trainers on the corpus, offline), or a
     # pretrained one by hub name (`tokenizer_name`, e.g. bert-base-uncased; needs the hub).
     tokenizer: Literal["word", "wordpiece", "bpe"] = "word"
@@ -310,7 +310,7 @@ class ModelConfig(Section):
     # the `curve` stage: alignment against samples seen. 0 = none.
     snapshots: int = Field(0, ge=0)
     optim: OptimConfig = OptimConfig()
-    # ---- issue 8: training at scale (defaults keep the demo's behaviour bit for bit) ----
+    # ---- how it runs at scale (defaults keep the demo's behaviour bit for bit) ----
     # size preset (platonic_core/models/presets.py); `custom` = width/layers/heads above
     preset: Literal["custom", "bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large"] = "custom"
     # budget in samples (the paper's 21.6M / 900M); when set, steps = ceil(samples / batch_size)
@@ -370,7 +370,7 @@ class TrainConfig(Section):
 
 class EmbedConfig(Section):
     batch_size: int = Field(256, ge=1)
-    # issue 8: which text embedding the evaluation compares: `pooled` = mean-pooled hidden
+    # which text embedding the evaluation compares: `pooled` = mean-pooled hidden
     # states of every layer (the PRH layer sweep), `projector` = the JEPA projector output
     # (one layer, text_jepa only); `layer` keeps one layer of the pooled sweep (None = all)
     text_output: Literal["pooled", "projector"] = "pooled"

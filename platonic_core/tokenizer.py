@@ -59,7 +59,7 @@ def encode(tok: Tokenizer, texts: list[str], max_len: int,
     return out, mask  # the mask from lengths: a pretrained vocabulary may reuse the pad id
 
 
-# ---- issue 8: subword tokenizers (trained offline) and pretrained ones by hub name ------
+# ---- subword tokenizers (trained offline) and pretrained ones by hub name ------
 
 _SPECIAL_NAMES = {"pad": ["[PAD]", "<pad>", "<|pad|>"], "unk": ["[UNK]", "<unk>"],
                   "cls": ["[CLS]", "<s>", "<|startoftext|>"], "sep": ["[SEP]", "</s>", "<|endoftext|>"],
@@ -130,9 +130,8 @@ def pretrained_tokenizer(name: str) -> Tokenizer:
 
 def build_tokenizer(texts: list[str], cfg) -> Tokenizer:
     """The views' tokenizer from `ViewsConfig`: pretrained by name, else trained here."""
-    if getattr(cfg, "tokenizer_name", None):
+    if cfg.tokenizer_name:
         return pretrained_tokenizer(cfg.tokenizer_name)
-    kind = getattr(cfg, "tokenizer", "word")
-    if kind == "word":
+    if cfg.tokenizer == "word":
         return train_tokenizer(texts, cfg.vocab_size)
-    return train_subword_tokenizer(texts, cfg.vocab_size, kind)
+    return train_subword_tokenizer(texts, cfg.vocab_size, cfg.tokenizer)

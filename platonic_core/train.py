@@ -280,7 +280,7 @@ def load_train_state(path: Path, model: torch.nn.Module, opt: torch.optim.Optimi
 
 
 def resolve_device(cfg) -> torch.device:
-    want = getattr(cfg, "device", "auto")
+    want = cfg.device
     if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise RuntimeError("device: cuda, but torch sees no GPU")
@@ -289,7 +289,7 @@ def resolve_device(cfg) -> torch.device:
 
 
 def use_bf16(cfg, device: torch.device) -> bool:
-    p = getattr(cfg, "precision", "auto")
+    p = cfg.precision
     if p == "fp32":
         return False
     ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
@@ -322,9 +322,9 @@ def train_model(
     rows) or this process's batch (streaming). Under torch.distributed the model is wrapped
     in DDP. `state_dir`: resumable checkpoints every `cfg.checkpoint_every` samples; when it
     holds one, training resumes from the newest."""
-    steps = getattr(cfg, "total_steps", cfg.steps)
-    accum = getattr(cfg, "grad_accum", 1)
-    every = getattr(cfg, "checkpoint_every", 0)
+    steps = cfg.total_steps
+    accum = cfg.grad_accum
+    every = cfg.checkpoint_every
     rank, world = _dist()
     if cfg.batch_size % (world * accum):
         raise ValueError(f"batch_size {cfg.batch_size} (global) is not divisible by {world} processes x "
@@ -350,7 +350,7 @@ def train_model(
     if world > 1:
         # the projector's BatchNorm already normalises over the global batch (GlobalBatchNorm1d)
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    if getattr(cfg, "compile", False):
+    if cfg.compile:
         net = torch.compile(net)
     global_batch = getattr(sampler, "global_batch", True)
     # the loss of a micro-batch is a mean over it: scale so the step's gradient is the mean
@@ -369,13 +369,15 @@ def train_model(
         mine = slice_batch(batch, rank, world) if global_batch and world > 1 else batch
         tokens_log += int(mine["attention_mask"].sum()) * world if "attention_mask" in mine else 0
         ntp_tokens = None
-        if exact_ntp:
-            count = torch.tensor(float(_ntp_targets(mine)))
-            if world > 1 and not global_batch:
-                dist.all_reduce(count)
-            elif global_batch:
-                count = torch.tensor(float(_ntp_targets(batch)))
-            ntp_tokens = max(count.item(), 1.0) / world
+        if exact_ntp:  # the step's targets over all processes: the global batch's, or summed
+            if global_batch:
+                count = float(_ntp_targets(batch))
+            else:
+                total = torch.tensor(float(_ntp_targets(mine)))
+                if world > 1:
+                    dist.all_reduce(total)
+                count = total.item()
+            ntp_tokens = max(count, 1.0) / world
         opt.zero_grad(set_to_none=True)
         step_terms: dict[str, float] = {}
         for m in range(accum):
@@ -394,15 +396,15 @@ def train_model(
         if cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         opt.step()
-        if world > 1:  # log the step's global terms: shares and local means averaged over processes
-            vec = torch.tensor(list(step_terms.values()), dtype=torch.float64)
-            dist.all_reduce(vec)
-            step_terms = dict(zip(step_terms, (vec / world).tolist(), strict=True))
-        terms = step_terms
-        if not math.isfinite(terms["loss"]):
-            raise FloatingPointError(f"{desc}: loss is {terms['loss']} at step {step}")
+        if not math.isfinite(step_terms["loss"]):
+            raise FloatingPointError(f"{desc}: loss is {step_terms['loss']} at step {step}")
         done = (step + 1) * cfg.batch_size
-        if step % log_every == 0 or step == steps - 1:
+        if step % log_every == 0 or step == steps - 1:  # every process takes the same branch
+            if world > 1:  # the step's global terms: shares and local means averaged over processes
+                vec = torch.tensor(list(step_terms.values()), dtype=torch.float64)
+                dist.all_reduce(vec)
+                step_terms = dict(zip(step_terms, (vec / world).tolist(), strict=True))
+            terms = step_terms
             now = time.perf_counter()
             dt = max(now - t_log, 1e-9)
             rate = {"samples_per_s": (done - samples_log) / dt, "tokens_per_s": tokens_log / dt}
@@ -580,7 +582,7 @@ def run_train(cfg, seed: int, input_dir: Path, out: Path, on_log=None, desc: str
         sp = special_ids(tok)
         # the built-in layout keeps model.json as before (old checkpoints load unchanged)
         extra = {} if sp == DEFAULT_SPECIALS else {"special_ids": sp}
-        if getattr(cfg, "data", "memory") == "stream":
+        if cfg.data == "stream":
             max_len = json.loads((input_dir / "meta.json").read_text())["max_len"]
             sampler = StreamSampler(cfg, input_dir, seed, tok, max_len, sp, rank, world)
         else:

@@ -28,7 +28,7 @@ def build_views(texts: Path, cfg, out: Path) -> dict[str, int]:
         if r["source_kind"] in cfg.good_sources:
             groups.setdefault(r["image_id"], []).append(r["text"])
     good = [(i, g) for i, g in sorted(groups.items()) if len(g) >= cfg.n_views]
-    rg = {"row_group_size": cfg.row_group_rows} if getattr(cfg, "row_group_rows", None) else {}
+    rg = {"row_group_size": cfg.row_group_rows} if cfg.row_group_rows else {}
     pq.write_table(pa.table({"image_id": [i for i, _ in good], "texts": [g for _, g in good]}), out / "good_views.parquet",
                    **rg)
     single = [r for r in t if r["source_kind"] in cfg.text_sources]

@@ -18,7 +18,7 @@ def dedup(cfg, positives_m, ingest_m, mode, ctx):
         stats: dict = {}
         counts = run_dedup(positives_m.path / "texts.parquet", ingest_m.path / "eval.parquet", cfg.dedup, out,
                            eval_name="world", stats=stats,
-                           mapper=mapper_for(cfg))
+                           mapper=mapper_for(cfg.fanout))
         return counts, stats
 
     return execute(StageInstance("dedup"), cfg, {"positives": positives_m, "ingest": ingest_m}, mode, ctx, compute,

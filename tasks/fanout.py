@@ -1,6 +1,6 @@
 """Shard-level fan-out through an existing engine: a Prefect task runner on Dask.
 
-`mapper_for(cfg)` returns None for `fanout.engine: inline` (the stage's own loop), or a
+`mapper_for(cfg.fanout)` returns None for `fanout.engine: inline` (the stage's own loop), or a
 `map(fn, calls) -> results` that submits one Prefect task run per call to a
 `prefect_dask.DaskTaskRunner`: a LocalCluster of `fanout.workers` processes, or the Dask
 scheduler at `fanout.address` / PLATONIC_DASK_ADDRESS. Results come back in call order, so
@@ -34,8 +34,9 @@ def dask_runner(fanout):
                                           "dashboard_address": ":0"})  # a free port: never clash
 
 
-def mapper_for(cfg) -> Mapper | None:
-    if cfg.fanout.engine == "inline":
+def mapper_for(fanout) -> Mapper | None:
+    """The recipe's `fanout` section as a map function (None: inline)."""
+    if fanout.engine == "inline":
         return None
 
     def map_on_dask(fn: Callable[..., Any], calls: Sequence[tuple]) -> list:
@@ -43,7 +44,7 @@ def mapper_for(cfg) -> Mapper | None:
             return []
         sig = inspect.signature(fn)
         shard_task = task(fn, name=fn.__name__, cache_policy=NO_CACHE)
-        with dask_runner(cfg.fanout) as runner:
+        with dask_runner(fanout) as runner:
             futures = [runner.submit(shard_task, parameters=dict(sig.bind(*args).arguments)) for args in calls]
             return [f.result() for f in futures]
 

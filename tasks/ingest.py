@@ -76,7 +76,7 @@ def ingest(cfg, world_m, mode, ctx, folder: Path | None = None):
 
     def compute(out, run_id):
         counts, results = ingest_corpus(shards, ic, out, ctx.store.root / "ingest-shards", progress,
-                                        mapper=mapper_for(cfg))
+                                        mapper=mapper_for(cfg.fanout))
         failed = [{"shard": r.shard.id, "uri": r.shard.uri, "error": r.error} for r in results if r.status == "failed"]
         return counts, {"failed_shards": failed}
 

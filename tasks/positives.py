@@ -37,7 +37,7 @@ def positives(cfg, ingest_m, world_m, mode, ctx):
         # killed run (or a forced rerun) resumes instead of regenerating
         key = cache_key(inst, cfg, {n: m.digest for n, m in inputs.items()})
         work = ctx.store.root / "positives-work" / key
-        mapper = mapper_for(cfg)
+        mapper = mapper_for(cfg.fanout)
         backend = make_backend(pc) if mapper is None else None  # fanned out: each worker builds its own
         log = _logger()
 

@@ -23,17 +23,20 @@ def checkpoint_dir(cfg, model: str, key: str) -> Path:
     return Path(cfg.out_dir) / "checkpoints" / f"train-{model}" / key
 
 
-def _log_jsonl(c, run_id: str, path: Path, done: int) -> int:
-    """Log the metrics lines after the first `done`; returns how many lines are logged."""
+def _log_jsonl(c, run_id: str, path: Path, offset: int) -> int:
+    """Log the complete metrics lines after byte `offset` (the trainer appends while we
+    read); returns the offset after the last complete line."""
     if not path.exists():
-        return done
-    lines = path.read_text().splitlines()
-    complete = lines if path.read_text().endswith("\n") else lines[:-1]
-    for line in complete[done:]:
+        return offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    end = chunk.rfind(b"\n") + 1
+    for line in chunk[:end].decode().splitlines():
         m = json.loads(line)
         step = m.pop("step")
         tracking.log_metrics(c, run_id, {f"train/{k}": v for k, v in m.items()}, step=step)
-    return len(complete)
+    return offset + end
 
 
 def _torchrun(cfg, model: str, input_dir: Path, out: Path, state: Path, c, run_id: str, nproc: int) -> dict:

@@ -28,9 +28,8 @@ def corpus(folder: Path, shards: int = 4, rows: int = 300) -> list[str]:
 
 def ingest(paths: list[str], out: Path, engine: str) -> dict:
     ic = IngestConfig(source="jsonl", paths=paths)
-    cfg = type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=2)})()
     shards = resolve_sources(ic.paths, ic.source)
-    counts, results = ingest_corpus(shards, ic, out / "out", out / "cache", mapper=mapper_for(cfg))
+    counts, results = ingest_corpus(shards, ic, out / "out", out / "cache", mapper=mapper_for(FanoutConfig(engine=engine, workers=2)))
     assert [r.status for r in results] == ["ingested"] * len(paths)
     return counts
 
@@ -92,7 +91,7 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
         out.mkdir()
         # one worker process: it still pickles the shard calls and builds its own backend,
         # and loads torch once rather than twice (CI time)
-        mapper = mapper_for(type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=1)})())
+        mapper = mapper_for(FanoutConfig(engine=engine, workers=1))
         counts, _ = generate_corpus(shards, pc, make_backend(pc) if mapper is None else None, tmp_path / f"work-{engine}",
                                     out, mapper=mapper)
         assert counts["requested"] == 36 == counts["generated"] + counts["failed"]
@@ -155,7 +154,7 @@ def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, pr
     for engine in ("inline", "dask"):
         out = tmp_path / f"out-{engine}"
         out.mkdir()
-        mapper = mapper_for(type("Recipe", (), {"fanout": FanoutConfig(engine=engine, workers=2)})())
+        mapper = mapper_for(FanoutConfig(engine=engine, workers=2))
         stats: dict = {}
         counts = dedup(tmp_path / "texts.parquet", tmp_path / "eval.parquet", cfg, out, eval_name="world",
                        stats=stats, mapper=mapper)
