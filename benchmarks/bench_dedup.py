@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from platonic_core.config import AuditConfig
-from platonic_core.contamination_bench import score_planted, write_benchmark
-from platonic_core.data.evalsets import load_caption_file
-from platonic_core.dedup import audit, eval_table
+from platonic.core.config import AuditConfig
+from platonic.core.contamination_bench import score_planted, write_benchmark
+from platonic.core.data.evalsets import load_caption_file
+from platonic.core.dedup import audit, eval_table
 
 
 def main() -> None:

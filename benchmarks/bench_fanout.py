@@ -28,10 +28,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # shard tasks run outside a flow here
 
-from platonic_core.config import FanoutConfig, IngestConfig  # noqa: E402
-from platonic_core.data.corpus import ingest_corpus  # noqa: E402
-from platonic_core.data.readers import resolve_sources  # noqa: E402
-from tasks.fanout import mapper_for  # noqa: E402
+from platonic.core.config import FanoutConfig, IngestConfig  # noqa: E402
+from platonic.core.data.corpus import ingest_corpus  # noqa: E402
+from platonic.core.data.readers import resolve_sources  # noqa: E402
+from platonic.tasks.fanout import mapper_for  # noqa: E402
 
 WORDS = "a the red blue green small large circle square star left right top bottom of in on with near".split()
 
@@ -66,7 +66,7 @@ def write_texts(folder: Path, paths: list[str]) -> tuple[Path, Path]:
     """The dedup stage's inputs: the shards' texts as one texts.parquet, 500 eval captions."""
     import pyarrow.parquet as pq
 
-    from platonic_core.data.schema import text_table
+    from platonic.core.data.schema import text_table
 
     rows = [{"image_id": r["image_id"], "text_id": f"{r['image_id']}:alt:0", "source_kind": "alt", "text": r["text"]}
             for p in paths for r in map(json.loads, Path(p).read_text().splitlines())]
@@ -77,8 +77,8 @@ def write_texts(folder: Path, paths: list[str]) -> tuple[Path, Path]:
 
 
 def run_dedup(inputs: tuple[Path, Path], rows: int, work: Path, engine: str, workers: int) -> float:
-    from platonic_core.config import DedupConfig
-    from platonic_core.dedup import dedup
+    from platonic.core.config import DedupConfig
+    from platonic.core.dedup import dedup
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -77,9 +77,9 @@ if which == "duckdb":
     duckdb.sql(f"COPY (SELECT * FROM read_parquet('{src}')) TO '{out / 'duckdb.parquet'}' (FORMAT parquet)")
     seconds, extra = time.perf_counter() - t0, {}
 else:
-    from platonic_core.config import IngestConfig
-    from platonic_core.data.corpus import ingest_corpus
-    from platonic_core.data.readers import resolve_sources
+    from platonic.core.config import IngestConfig
+    from platonic.core.data.corpus import ingest_corpus
+    from platonic.core.data.readers import resolve_sources
     cfg = IngestConfig(source="recap", paths=[src])
     t0 = time.perf_counter()
     shards = resolve_sources(cfg.paths, "recap")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from platonic_core.metrics import mutual_knn_per_sample
+from platonic.core.metrics import mutual_knn_per_sample
 
 
 def timed(fn, repeat: int = 3) -> tuple[float, object]:

@@ -5,7 +5,7 @@
     python benchmarks/bench_trainer.py --preset bert-base --device cuda --precision bf16 \\
         --batch 256 --seq 128 --peak-tflops 989                               # one H200 (infra/gpu)
 
-Interleaves rounds of (a) `platonic_core.train.train_model` — the loop the train stage runs
+Interleaves rounds of (a) `platonic.core.train.train_model` — the loop the train stage runs
 (schedule, accumulation, clipping, logging hook, checkpoint checks) — and (b) a bare PyTorch
 loop on a copy of the same model with the same batch, objective and optimiser, and prints:
 - ratio = bare step time / our step time (median over steps; the first step of each round is
@@ -29,10 +29,10 @@ import time
 
 import torch
 
-from platonic_core.config import ModelConfig
-from platonic_core.models import build_model, resolve_dims
-from platonic_core.objectives import SIGReg, lejepa_loss, next_token_loss
-from platonic_core.train import resolve_device, train_model, use_bf16
+from platonic.core.config import ModelConfig
+from platonic.core.models import build_model, resolve_dims
+from platonic.core.objectives import SIGReg, lejepa_loss, next_token_loss
+from platonic.core.train import resolve_device, train_model, use_bf16
 
 
 def _sync(device: torch.device) -> None:

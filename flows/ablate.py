@@ -14,11 +14,11 @@ import json
 
 from prefect import flow
 
-from platonic_core.ablation import Cell, grid_metrics
-from platonic_core.config import AblationConfig
-from platonic_core.stages import plan
-from tasks import tracking
-from tasks.ablation import ablation
+from platonic.core.ablation import Cell, grid_metrics
+from platonic.core.config import AblationConfig
+from platonic.core.stages import plan
+from platonic.tasks import tracking
+from platonic.tasks.ablation import ablation
 
 from .common import parent_run
 from .pipeline import run_stages

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from platonic_core.config import AuditConfig, stable_hash
-from platonic_core.stages import FORCE, RUN
-from tasks import tracking
-from tasks.audit import audit
-from tasks.stage import RunContext
+from platonic.core.config import AuditConfig, stable_hash
+from platonic.core.stages import FORCE, RUN
+from platonic.tasks import tracking
+from platonic.tasks.audit import audit
+from platonic.tasks.stage import RunContext
 
 
 def audit_flow(config: dict, force: bool = False) -> dict:

@@ -10,9 +10,9 @@ from pathlib import Path
 import yaml
 from prefect import runtime
 
-from platonic_core.config import stable_hash
-from tasks import tracking
-from tasks.stage import RunContext
+from platonic.core.config import stable_hash
+from platonic.tasks import tracking
+from platonic.tasks.stage import RunContext
 
 
 @contextmanager

@@ -9,9 +9,9 @@ import json
 
 from prefect import flow
 
-from platonic_core.config import CompareConfig
-from platonic_core.stages import RUN
-from tasks.compare import compare, evalset, features
+from platonic.core.config import CompareConfig
+from platonic.core.stages import RUN
+from platonic.tasks.compare import compare, evalset, features
 
 from .common import parent_run
 

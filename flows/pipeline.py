@@ -13,21 +13,21 @@ import json
 
 from prefect import flow
 
-from platonic_core.artifacts import Manifest
-from platonic_core.config import PipelineConfig, load_config, stable_hash
-from platonic_core.stages import SKIP, curve_models, evaluated_models, plan
-from tasks import tracking
-from tasks.curve import curve
-from tasks.dedup import dedup
-from tasks.embed import embed
-from tasks.evaluate import evaluate
-from tasks.fanout import mapper_for
-from tasks.ingest import ingest
-from tasks.positives import positives
-from tasks.stage import RunContext
-from tasks.train import train
-from tasks.views import views
-from tasks.world import world
+from platonic.core.artifacts import Manifest
+from platonic.core.config import PipelineConfig, load_config, stable_hash
+from platonic.core.stages import SKIP, curve_models, evaluated_models, plan
+from platonic.tasks import tracking
+from platonic.tasks.curve import curve
+from platonic.tasks.dedup import dedup
+from platonic.tasks.embed import embed
+from platonic.tasks.evaluate import evaluate
+from platonic.tasks.fanout import mapper_for
+from platonic.tasks.ingest import ingest
+from platonic.tasks.positives import positives
+from platonic.tasks.stage import RunContext
+from platonic.tasks.train import train
+from platonic.tasks.views import views
+from platonic.tasks.world import world
 
 from .common import parent_run
 

@@ -1,7 +1,7 @@
 """Files that live in the repo's top-level `sql/` and `configs/` folders.
 
 In a checkout (or an editable install) they are read from there; a wheel ships them as the
-data packages `platonic_core.sql` and `platonic_core.recipes` (see pyproject.toml).
+data packages `platonic.sql` and `platonic.recipes` (see pyproject.toml).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-_PACKAGES = {"sql": "platonic_core.sql", "configs": "platonic_core.recipes"}
+_PACKAGES = {"sql": "platonic.sql", "configs": "platonic.recipes"}
 
 
 def read_resource(folder: str, name: str) -> str:

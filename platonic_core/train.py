@@ -606,7 +606,7 @@ def run_train(cfg, seed: int, input_dir: Path, out: Path, on_log=None, desc: str
     return summary
 
 
-# ---- `python -m platonic_core.train`: the entry point torchrun launches ------------------
+# ---- `python -m platonic.core.train`: the entry point torchrun launches ------------------
 
 
 def torchrun_command(recipe: Path, model: str, input_dir: Path, out: Path, nproc: int,
@@ -614,7 +614,7 @@ def torchrun_command(recipe: Path, model: str, input_dir: Path, out: Path, nproc
                      overrides: list[str] | None = None) -> list[str]:
     """The command a stage (or a cluster launcher) runs for `nproc` local processes."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "platonic_core.train", "--recipe", str(recipe), "--model", model, "--input", str(input_dir),
+           "-m", "platonic.core.train", "--recipe", str(recipe), "--model", model, "--input", str(input_dir),
            "--out", str(out)]
     if checkpoints is not None:
         cmd += ["--checkpoints", str(checkpoints)]
@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics go to a JSONL file (`--metrics`), which the train stage logs to MLflow."""
     from .config import load_config
 
-    ap = argparse.ArgumentParser(prog="python -m platonic_core.train", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m platonic.core.train", description=main.__doc__)
     ap.add_argument("--recipe", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--input", required=True, type=Path, help="views artifact (text models) or world (image)")

@@ -1,5 +1,5 @@
 -- DuckDB catalog of one ingested corpus. {corpus}, {eval}, {images}, {quarantine} are
--- Parquet paths filled in by platonic_core.data.catalog. Tables, not views, so the catalog
+-- Parquet paths filled in by platonic.core.data.catalog. Tables, not views, so the catalog
 -- stays valid when the artifact folder moves; the Parquet files remain the content that
 -- the artifact digest covers (the .duckdb file is a derived index).
 CREATE OR REPLACE TABLE texts AS SELECT * FROM read_parquet('{corpus}');

@@ -1,6 +1,6 @@
 -- DuckDB catalog of an ingested real corpus: views over the Hive-partitioned shards
 -- (texts/shard=<id>/data.parquet, ...). Paths are relative to the catalog's folder
--- (platonic_core.data.catalog opens it with file_search_path set there), so the catalog
+-- (platonic.core.data.catalog opens it with file_search_path set there), so the catalog
 -- stays valid when the folder moves, and a query on one shard reads only that shard:
 --     SELECT count(*) FROM texts WHERE shard = 'train-00042-of-03550';
 -- union_by_name: older Recap shards lack the diverse top-k recaption columns.

@@ -3,9 +3,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.ablation import CellResult, grid_metrics, summarize
-from platonic_core.artifacts import Manifest
-from platonic_core.stages import RUN, StageInstance
+from platonic.core.ablation import CellResult, grid_metrics, summarize
+from platonic.core.artifacts import Manifest
+from platonic.core.stages import RUN, StageInstance
 
 from .stage import execute
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from platonic_core.artifacts import Manifest, file_digest
-from platonic_core.config import AuditConfig, ConfigError
-from platonic_core.data.evalsets import EvalSetError, load_eval_spec
-from platonic_core.dedup import audit as run_audit
-from platonic_core.dedup import audit_metrics, corpus_files, eval_table
-from platonic_core.stages import StageInstance
+from platonic.core.artifacts import Manifest, file_digest
+from platonic.core.config import AuditConfig, ConfigError
+from platonic.core.data.evalsets import EvalSetError, load_eval_spec
+from platonic.core.dedup import audit as run_audit
+from platonic.core.dedup import audit_metrics, corpus_files, eval_table
+from platonic.core.stages import StageInstance
 
 from .stage import execute
 

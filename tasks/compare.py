@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.compare import compare_grid, embed_model, materialize_evalset
-from platonic_core.stages import StageInstance
+from platonic.core.compare import compare_grid, embed_model, materialize_evalset
+from platonic.core.stages import StageInstance
 
 from .stage import execute
 

@@ -5,8 +5,8 @@ import json
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.evaluate import run_curve
-from platonic_core.stages import StageInstance
+from platonic.core.evaluate import run_curve
+from platonic.core.stages import StageInstance
 
 from . import tracking
 from .stage import execute

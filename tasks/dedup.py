@@ -3,8 +3,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.dedup import dedup as run_dedup
-from platonic_core.stages import StageInstance
+from platonic.core.dedup import dedup as run_dedup
+from platonic.core.stages import StageInstance
 
 from .fanout import mapper_for
 from .stage import execute

@@ -3,8 +3,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.features import run_embed
-from platonic_core.stages import StageInstance
+from platonic.core.features import run_embed
+from platonic.core.stages import StageInstance
 
 from . import tracking
 from .stage import execute

@@ -3,8 +3,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.evaluate import run_evaluate
-from platonic_core.stages import StageInstance
+from platonic.core.evaluate import run_evaluate
+from platonic.core.stages import StageInstance
 
 from .stage import execute
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.artifacts import Manifest
-from platonic_core.data.corpus import ShardResult, ingest_corpus
-from platonic_core.data.ingest import ingest_stats, ingest_world
-from platonic_core.data.readers import Shard, resolve_sources
-from platonic_core.stages import FORCE, RUN, StageInstance
+from platonic.core.artifacts import Manifest
+from platonic.core.data.corpus import ShardResult, ingest_corpus
+from platonic.core.data.ingest import ingest_stats, ingest_world
+from platonic.core.data.readers import Shard, resolve_sources
+from platonic.core.stages import FORCE, RUN, StageInstance
 
 from . import tracking
 from .fanout import mapper_for

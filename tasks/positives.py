@@ -5,14 +5,14 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.positives import (
+from platonic.core.positives import (
     WorldGenerator,
     generate_corpus,
     generate_positives,
     make_backend,
 )
-from platonic_core.positives.images import image_source, input_shards
-from platonic_core.stages import StageInstance, cache_key
+from platonic.core.positives.images import image_source, input_shards
+from platonic.core.stages import StageInstance, cache_key
 
 from .fanout import mapper_for
 from .stage import _logger, execute

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from platonic_core.artifacts import ArtifactStore, Manifest
-from platonic_core.config import PipelineConfig
-from platonic_core.stages import CACHED_ONLY, FORCE, StageInstance, cache_key
+from platonic.core.artifacts import ArtifactStore, Manifest
+from platonic.core.config import PipelineConfig
+from platonic.core.stages import CACHED_ONLY, FORCE, StageInstance, cache_key
 
 from . import tracking
 

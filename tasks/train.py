@@ -10,9 +10,9 @@ import yaml
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.config import to_plain
-from platonic_core.stages import StageInstance, cache_key
-from platonic_core.train import run_train, torchrun_command
+from platonic.core.config import to_plain
+from platonic.core.stages import StageInstance, cache_key
+from platonic.core.train import run_train, torchrun_command
 
 from . import tracking
 from .stage import execute

@@ -3,8 +3,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.stages import StageInstance
-from platonic_core.views import build_views
+from platonic.core.stages import StageInstance
+from platonic.core.views import build_views
 
 from .stage import execute
 

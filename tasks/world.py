@@ -3,8 +3,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from platonic_core.stages import StageInstance
-from platonic_core.world import generate_world
+from platonic.core.stages import StageInstance
+from platonic.core.world import generate_world
 
 from .stage import execute
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.run([sys.executable, "-m", "platonic_core.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "platonic.flows.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 

@@ -6,15 +6,15 @@ import math
 
 import pytest
 
-from platonic_core.ablation import (
+from platonic.core.ablation import (
     efficiency,
     forecast_from_cells,
     grid_table,
     load_ablation,
     scaling_check,
 )
-from platonic_core.config import AblationConfig, ConfigError
-from platonic_core.stages import instances
+from platonic.core.config import AblationConfig, ConfigError
+from platonic.core.stages import instances
 
 
 def test_cells_share_every_stage_they_can(tmp_path):
@@ -134,7 +134,7 @@ def test_scaling_check_and_forecast_hold_out_the_full_budget():
 
 
 def test_paired_differences_remove_the_shared_seed_spread():
-    from platonic_core.ablation import paired_differences
+    from platonic.core.ablation import paired_differences
 
     cells = {"confidence": 0.95, "rows": {"r1": "row one"}, "columns": ["good", "ntp", "bad"], "seeds": [0, 1, 2],
              "records": _records()}

@@ -14,7 +14,7 @@ import torch
 
 
 def align(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "platonic_core.cli", "align", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "platonic.flows.cli", "align", *map(str, args)],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from platonic_core.config import AuditConfig, ConfigError, DedupConfig, load_config
-from platonic_core.contamination_bench import score_planted, write_benchmark
-from platonic_core.data.evalsets import EvalSetError, load_caption_file, load_eval_spec
-from platonic_core.data.schema import text_table
-from platonic_core.dedup import audit, corpus_files, dedup, eval_table
-from platonic_core.minhash import MinHasher, NearIndex, ragged
+from platonic.core.config import AuditConfig, ConfigError, DedupConfig, load_config
+from platonic.core.contamination_bench import score_planted, write_benchmark
+from platonic.core.data.evalsets import EvalSetError, load_caption_file, load_eval_spec
+from platonic.core.data.schema import text_table
+from platonic.core.dedup import audit, corpus_files, dedup, eval_table
+from platonic.core.minhash import MinHasher, NearIndex, ragged
 
 # ---- MinHash LSH -----------------------------------------------------------------------------
 
@@ -271,7 +271,7 @@ def test_dedup_stage_removes_per_level_and_counts_add_up(tmp_path, remove, polic
 
 def test_dedup_stage_output_is_byte_stable(tmp_path):
     texts, ev = _stage_inputs(tmp_path)
-    from platonic_core.artifacts import folder_digest
+    from platonic.core.artifacts import folder_digest
 
     digests = []
     for n in range(2):
@@ -295,9 +295,9 @@ def test_removal_levels_are_checked():
 
 
 def test_world_leak_is_found_at_the_exact_level(tmp_path):
-    from platonic_core.config import IngestConfig, WorldConfig
-    from platonic_core.data.ingest import ingest_world
-    from platonic_core.world import generate_world
+    from platonic.core.config import IngestConfig, WorldConfig
+    from platonic.core.data.ingest import ingest_world
+    from platonic.core.world import generate_world
 
     (tmp_path / "world").mkdir()
     (tmp_path / "ingest").mkdir()
@@ -319,7 +319,7 @@ def test_world_leak_is_found_at_the_exact_level(tmp_path):
 def test_audit_command_logs_to_mlflow_and_caches(report_inputs, monkeypatch):
     from typer.testing import CliRunner
 
-    from platonic_core.cli import app
+    from platonic.flows.cli import app
 
     d = report_inputs
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

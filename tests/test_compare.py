@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from platonic_core.config import CompareConfig, ConfigError, load_config
+from platonic.core.config import CompareConfig, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, prefect_harness):
-    from flows.pipeline import pipeline
-    from platonic_core.standins import build_standins
+    from platonic.core.standins import build_standins
+    from platonic.flows.pipeline import pipeline
 
     tmp = tmp_path_factory.mktemp("compare")
     paths = build_standins(tmp / "si", n=30)
@@ -47,7 +47,7 @@ def setup(tmp_path_factory, prefect_harness):
 
 
 def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
-    from flows.compare import compare_flow
+    from platonic.flows.compare import compare_flow
 
     cfg = load_config(setup, model=CompareConfig)
     res = compare_flow(cfg.model_dump(mode="json"))
@@ -63,13 +63,14 @@ def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
     r = ret["ours_good"]["ours_image"]["procrustes"]
     assert 0 <= r["t2i_R@1"] <= r["t2i_R@5"] <= 1 and 0 <= r["i2t_R@1"] <= r["i2t_R@5"] <= 1
 
-    import tasks.compare
 
     def boom(*a, **k):
         raise AssertionError("features recomputed on a cache hit")
 
-    monkeypatch.setattr(tasks.compare, "embed_model", boom)
-    monkeypatch.setattr(tasks.compare, "materialize_evalset", boom)
+    import platonic.tasks.compare
+
+    monkeypatch.setattr(platonic.tasks.compare, "embed_model", boom)
+    monkeypatch.setattr(platonic.tasks.compare, "materialize_evalset", boom)
     again = compare_flow(cfg.model_dump(mode="json"))
     assert again["scores"] == res["scores"]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from platonic_core.config import (
+from platonic.core.config import (
     ConfigError,
     PipelineConfig,
     apply_overrides,
     load_config,
     stable_hash,
 )
-from platonic_core.stages import (
+from platonic.core.stages import (
     CACHED_ONLY,
     FORCE,
     ORDER,

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from platonic_core.artifacts import folder_digest
-from platonic_core.config import IngestConfig, load_config
-from platonic_core.data.catalog import corpus_report, open_catalog
-from platonic_core.data.corpus import ingest_corpus
-from platonic_core.data.readers import (
+from platonic.core.artifacts import folder_digest
+from platonic.core.config import IngestConfig, load_config
+from platonic.core.data.catalog import corpus_report, open_catalog
+from platonic.core.data.corpus import ingest_corpus
+from platonic.core.data.readers import (
     ShardError,
     SourceError,
     _JsonStream,
@@ -447,7 +447,7 @@ def test_sources_that_cannot_be_read_are_one_clear_error(tmp_path):
 
 
 def test_config_validation():
-    from platonic_core.config import ConfigError
+    from platonic.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="paths are read by corpus sources"):
         load_config(None, ["ingest.paths=[a.parquet]"])
@@ -458,7 +458,7 @@ def test_config_validation():
 
 
 def test_plan_for_a_real_corpus_needs_no_world():
-    from platonic_core.stages import FORCE, SKIP, plan
+    from platonic.core.stages import FORCE, SKIP, plan
 
     cfg = load_config(None, ["ingest.source=recap", "ingest.paths=[x.parquet]"])
     modes = plan(cfg, only="ingest")
@@ -474,8 +474,8 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
-    import tasks.ingest  # noqa: F401
-    from platonic_core.cli import app
+    import platonic.tasks.ingest  # noqa: F401
+    from platonic.flows.cli import app
 
     src = tmp_path / "src"
     src.mkdir()
@@ -537,7 +537,7 @@ def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_har
     """A recipe with `ingest.source: recap` runs the ingest stage in the flow (Prefect task,
     MLflow nested run, store artifact); `--only ingest` completes, a full run stops after
     ingest with a message saying why (real corpora need a positives backend and images)."""
-    from flows.pipeline import StageUnavailable, pipeline
+    from platonic.flows.pipeline import StageUnavailable, pipeline
 
     pq.write_table(recap_table([recap_row(i) for i in range(3)]), tmp_path / "train-00000.parquet")
     tiny = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
@@ -556,7 +556,7 @@ def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_har
 def test_vectorised_whitespace_rule_is_pythons():
     """`normalize_whitespace` (RE2, vectorised) == `" ".join(t.split())` for every code
     point Python calls whitespace, and leaves the others alone."""
-    from platonic_core.data.ingest import check_texts, normalize_whitespace
+    from platonic.core.data.ingest import check_texts, normalize_whitespace
 
     spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
     probes = [f"a{s}b" for s in spaces] + [f"{s}a{s}{s}b{s}" for s in spaces] + ["a\u200bb", "a_b", "a\u00adb"]

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from platonic_core.config import DedupConfig, IngestConfig, ViewsConfig, WorldConfig
-from platonic_core.data.ingest import check_text, ingest_stats, ingest_world
-from platonic_core.data.schema import text_table
-from platonic_core.dedup import dedup, normalize_text
-from platonic_core.views import build_views
-from platonic_core.world import generate_world
+from platonic.core.config import DedupConfig, IngestConfig, ViewsConfig, WorldConfig
+from platonic.core.data.ingest import check_text, ingest_stats, ingest_world
+from platonic.core.data.schema import text_table
+from platonic.core.dedup import dedup, normalize_text
+from platonic.core.views import build_views
+from platonic.core.world import generate_world
 
 # ---- ingest ------------------------------------------------------------------------------
 
@@ -218,9 +218,9 @@ def test_views_group_texts_per_image(tmp_path):
 def test_ingest_output_does_not_depend_on_where_the_store_lives(tmp_path):
     """Provenance names the source logically, so the same world ingested from two folders
     gives identical bytes (and the same digest downstream)."""
-    from platonic_core.artifacts import folder_digest
-    from platonic_core.config import IngestConfig, WorldConfig
-    from platonic_core.world import generate_world
+    from platonic.core.artifacts import folder_digest
+    from platonic.core.config import IngestConfig, WorldConfig
+    from platonic.core.world import generate_world
 
     digests = []
     for where in ("a", "b/c"):

@@ -19,7 +19,7 @@ import pytest
 def run_demo(tmp_path, *sets: str) -> tuple[dict, float]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PREFECT_API_URL", None)  # the embedded temporary server, as on a laptop
-    args = [sys.executable, "-m", "platonic_core.cli", "demo", "--json"]
+    args = [sys.executable, "-m", "platonic.flows.cli", "demo", "--json"]
     for s in sets:
         args += ["--set", s]
     t0 = time.perf_counter()

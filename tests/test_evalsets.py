@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from platonic_core.data.evalsets import EvalSetError, load_coco_captions, load_karpathy, load_prh
+from platonic.core.data.evalsets import EvalSetError, load_coco_captions, load_karpathy, load_prh
 
 
 def png(path, colour):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from platonic_core.config import FanoutConfig, IngestConfig, ServicesConfig, load_config
-from platonic_core.data.corpus import ingest_corpus
-from platonic_core.data.readers import resolve_sources
-from tasks import tracking
-from tasks.fanout import mapper_for
+from platonic.core.config import FanoutConfig, IngestConfig, ServicesConfig, load_config
+from platonic.core.data.corpus import ingest_corpus
+from platonic.core.data.readers import resolve_sources
+from platonic.tasks import tracking
+from platonic.tasks.fanout import mapper_for
 
 
 def corpus(folder: Path, shards: int = 4, rows: int = 300) -> list[str]:
@@ -70,11 +70,11 @@ def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, 
 def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefect_harness):
     """Paraphrases of a 3-shard corpus with a tiny local LM: each Dask worker builds its own
     backend; the generated texts are those of the in-process run (seeds are per request)."""
-    from platonic_core.config import PositivesConfig
-    from platonic_core.positives import make_backend
-    from platonic_core.positives.generate import generate_corpus
-    from platonic_core.positives.images import input_shards
-    from platonic_core.standins import build_generation_standins
+    from platonic.core.config import PositivesConfig
+    from platonic.core.positives import make_backend
+    from platonic.core.positives.generate import generate_corpus
+    from platonic.core.positives.images import input_shards
+    from platonic.core.standins import build_generation_standins
 
     paths = corpus(tmp_path / "src", shards=3, rows=12)
     ic = IngestConfig(source="jsonl", paths=paths, text_columns={"text": "alt"})
@@ -104,8 +104,8 @@ def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_ca
     the cache key's lock and then reads the committed artifact."""
     import threading
 
-    from platonic_core.stages import RUN, StageInstance
-    from tasks.stage import RunContext, execute
+    from platonic.core.stages import RUN, StageInstance
+    from platonic.tasks.stage import RunContext, execute
 
     cfg = load_config("tiny", [f"out_dir={tmp_path}"])
     c = tracking.client(tmp_path)
@@ -134,10 +134,10 @@ def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_ca
 def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, prefect_harness):
     """The near level in row ranges on Dask workers: the dedup stage writes the same bytes
     (matches, removals, kept texts, report) as the in-process run."""
-    from platonic_core.artifacts import folder_digest
-    from platonic_core.config import DedupConfig
-    from platonic_core.data.schema import text_table
-    from platonic_core.dedup import dedup, near_units
+    from platonic.core.artifacts import folder_digest
+    from platonic.core.config import DedupConfig
+    from platonic.core.data.schema import text_table
+    from platonic.core.dedup import dedup, near_units
 
     evals = [f"a small red square left of a blue circle number {k}" for k in range(4)]
     rows = [{"image_id": f"i{n}", "text_id": f"i{n}:alt:0", "source_kind": "alt",

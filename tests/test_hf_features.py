@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from platonic_core.hf_features import hf_image_layer_features, hf_text_layer_features, pool_tokens
-from platonic_core.tokenizer import train_tokenizer
+from platonic.core.hf_features import hf_image_layer_features, hf_text_layer_features, pool_tokens
+from platonic.core.tokenizer import train_tokenizer
 
 TEXTS = ["a red circle on a dark background.", "a small blue square at the top.",
          "a crimson disc on a black background.", "two green bars in the middle, one big."]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from platonic_core.metrics import (
+from platonic.core.metrics import (
     alignment,
     as_layers,
     bootstrap_ci,

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from platonic_core.metrics import (
+from platonic.core.metrics import (
     alignment,
     cka,
     cknna,
@@ -77,7 +77,7 @@ def test_faiss_backend_matches_dense(n, d, k):
 
 
 def test_dense_knn_is_the_same_in_chunks(monkeypatch):
-    import platonic_core.metrics as m
+    import platonic.core.metrics as m
 
     x = F.normalize(rand(200, 8, 10).float(), dim=-1)
     whole = knn_indices(x, 7)

@@ -20,7 +20,7 @@ import pytest
 import torch
 from scipy.integrate import quad
 
-from platonic_core.objectives import EppsPulley, SIGReg, lejepa_loss, next_token_loss
+from platonic.core.objectives import EppsPulley, SIGReg, lejepa_loss, next_token_loss
 
 T_MAX, N_POINTS = 3.0, 17
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from platonic_core.config import load_config
+from platonic.core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
 
 
 def run_flow(out_dir: Path, sets: list[str] = (), **kw) -> dict:
-    from flows.pipeline import pipeline
+    from platonic.flows.pipeline import pipeline
 
     cfg = load_config(TINY, [f"out_dir={out_dir}", *sets])
     return pipeline(cfg.model_dump(mode="json"), **kw)
@@ -62,7 +62,7 @@ def test_full_run_writes_results_and_lineage(first_run):
     # checkpoints are safetensors, logged to MLflow
     assert "outputs/model.safetensors" in [f.path for f in c.list_artifacts(train_good.info.run_id, "outputs")]
     # lineage walks from the evaluation back to the world
-    from tasks.lineage import trace
+    from platonic.tasks.lineage import trace
 
     tree = trace(res["run_id"], str(out))
     assert tree["stage"] == "evaluate"
@@ -81,18 +81,20 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a stage body ran on a cache hit")
 
-    import tasks.dedup
-    import tasks.embed
-    import tasks.evaluate
-    import tasks.ingest
-    import tasks.positives
-    import tasks.train
-    import tasks.views
-    import tasks.world
 
-    for mod, name in [(tasks.world, "generate_world"), (tasks.ingest, "ingest_world"), (tasks.positives, "generate_positives"),
-                      (tasks.dedup, "run_dedup"), (tasks.views, "build_views"), (tasks.train, "run_train"),
-                      (tasks.embed, "run_embed"), (tasks.evaluate, "run_evaluate")]:
+    import platonic.tasks.dedup  # noqa: E401
+    import platonic.tasks.embed
+    import platonic.tasks.evaluate
+    import platonic.tasks.ingest
+    import platonic.tasks.positives  # noqa: E401
+    import platonic.tasks.train
+    import platonic.tasks.views
+    import platonic.tasks.world
+
+
+    for mod, name in [(platonic.tasks.world, "generate_world"), (platonic.tasks.ingest, "ingest_world"), (platonic.tasks.positives, "generate_positives"),
+                      (platonic.tasks.dedup, "run_dedup"), (platonic.tasks.views, "build_views"), (platonic.tasks.train, "run_train"),
+                      (platonic.tasks.embed, "run_embed"), (platonic.tasks.evaluate, "run_evaluate")]:
         monkeypatch.setattr(mod, name, boom)
     again = run_flow(out)
     assert again["models"] == res["models"]
@@ -104,9 +106,10 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
 
 def test_changing_one_field_reexecutes_exactly_its_readers(first_run, monkeypatch):
     out, res = first_run
-    import tasks.train
 
-    monkeypatch.setattr(tasks.train, "run_train", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    import platonic.tasks.train
+
+    monkeypatch.setattr(platonic.tasks.train, "run_train", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
     # evaluate.k is read by evaluate only
     r = run_flow(out, ["evaluate.k=3"])
     executed = {n for n, run in stage_runs(r).items() if run.data.tags["platonic.cache_hit"] == "false"}
@@ -140,7 +143,7 @@ def test_world_seed_changes_world_and_downstream(first_run):
 
 
 def test_only_without_cache_is_a_clear_error(tmp_path, prefect_harness):
-    from tasks.stage import UpstreamNotCached
+    from platonic.tasks.stage import UpstreamNotCached
 
     with pytest.raises(UpstreamNotCached, match="run the pipeline without --only"):
         run_flow(tmp_path, only="evaluate")
@@ -154,7 +157,7 @@ def test_only_without_cache_is_a_clear_error(tmp_path, prefect_harness):
     (["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], "zzz"),
 ])
 def test_bad_config_is_one_line_exit_2(args, needle):
-    p = subprocess.run([sys.executable, "-m", "platonic_core.cli", *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "platonic.flows.cli", *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], p.stderr

@@ -21,10 +21,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from platonic_core.config import IngestConfig, PositivesConfig, WorldConfig
-from platonic_core.positives import generate_corpus, make_backend
-from platonic_core.positives.generate import GEN_SCHEMA, Completion, sha256
-from platonic_core.positives.images import image_source, input_shards
+from platonic.core.config import IngestConfig, PositivesConfig, WorldConfig
+from platonic.core.positives import generate_corpus, make_backend
+from platonic.core.positives.generate import GEN_SCHEMA, Completion, sha256
+from platonic.core.positives.images import image_source, input_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_VLLM = ROOT / "tests" / "fixtures" / "fake_vllm"
@@ -33,8 +33,8 @@ FAKE_VLLM = ROOT / "tests" / "fixtures" / "fake_vllm"
 @pytest.fixture(scope="module")
 def world_ingest(tmp_path_factory):
     """A 16-image world and its ingest (alt-texts, images.parquet)."""
-    from platonic_core.data.ingest import ingest_world
-    from platonic_core.world import generate_world
+    from platonic.core.data.ingest import ingest_world
+    from platonic.core.world import generate_world
 
     d = tmp_path_factory.mktemp("world")
     generate_world(WorldConfig(n_train=16, n_eval=16, seed=3), d / "world")
@@ -45,7 +45,7 @@ def world_ingest(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, world_ingest):
-    from platonic_core.standins import build_generation_standins
+    from platonic.core.standins import build_generation_standins
 
     world, _ = world_ingest
     texts = pq.read_table(world / "alt_texts.parquet")["text"].to_pylist()
@@ -55,7 +55,7 @@ def models(tmp_path_factory, world_ingest):
 @pytest.fixture(scope="module")
 def server(models):
     """A real HTTP server on loopback serving both tiny models (faults set per test)."""
-    from platonic_core.positives.serve import Faults, make_server
+    from platonic.core.positives.serve import Faults, make_server
 
     srv = make_server([models["captioner"], models["lm"]], port=0)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -122,7 +122,7 @@ def test_transformers_backend_in_process_with_provenance(models, world_ingest, t
 def test_openai_backend_records_injected_failures_with_their_reasons(models, world_ingest, server, tmp_path):
     """No retries: every injected 500, timeout and refusal becomes a failure with that
     reason; the counts match the server's own log one for one."""
-    from platonic_core.positives.serve import Faults
+    from platonic.core.positives.serve import Faults
 
     srv, url = server
     srv.log.clear()
@@ -140,7 +140,7 @@ def test_openai_backend_records_injected_failures_with_their_reasons(models, wor
 
 
 def test_openai_backend_retries_until_it_succeeds(models, world_ingest, server, tmp_path):
-    from platonic_core.positives.serve import Faults
+    from platonic.core.positives.serve import Faults
 
     srv, url = server
     srv.log.clear()
@@ -156,7 +156,7 @@ def test_openai_backend_retries_until_it_succeeds(models, world_ingest, server, 
 
 
 def test_paraphrase_never_sends_the_image(models, world_ingest, server, tmp_path):
-    from platonic_core.positives.serve import Faults
+    from platonic.core.positives.serve import Faults
 
     srv, url = server
     srv.log.clear()
@@ -180,7 +180,7 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
     """A real child process generating against the (slowed) server is SIGKILLed after two
     batches landed; the rerun keeps those parts, asks only for the rest, and a third run
     skips the finished shard."""
-    from platonic_core.positives.serve import Faults
+    from platonic.core.positives.serve import Faults
 
     srv, url = server
     srv.faults = Faults(latency_s=0.15)
@@ -189,9 +189,9 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
     work, out = tmp_path / "work", tmp_path / "out"
     child = (
         "import sys, json; from pathlib import Path\n"
-        "from platonic_core.config import PositivesConfig\n"
-        "from platonic_core.positives import generate_corpus, make_backend\n"
-        "from platonic_core.positives.images import image_source, input_shards\n"
+        "from platonic.core.config import PositivesConfig\n"
+        "from platonic.core.positives import generate_corpus, make_backend\n"
+        "from platonic.core.positives.images import image_source, input_shards\n"
         "cfg = PositivesConfig.model_validate(json.loads(sys.argv[1]))\n"
         "w, i, work, out = map(Path, sys.argv[2:6]); out.mkdir()\n"
         "generate_corpus(input_shards(i), cfg, make_backend(cfg), work, out, lambda s: image_source(i, w, s))\n"
@@ -225,7 +225,7 @@ def test_vllm_offline_backend_through_a_standin_vllm(models, world_ingest, tmp_p
     """The stage writes requests, launches a separate interpreter running vllm_runner.py,
     and reads the results back. `vllm` there is tests/fixtures/fake_vllm (a stand-in that
     runs the tiny transformers models), not vLLM."""
-    from platonic_core.positives.vllm_offline import VllmOfflineBackend
+    from platonic.core.positives.vllm_offline import VllmOfflineBackend
 
     assert "vllm" not in sys.modules
     cfg = cfg_for(models, "vllm", vllm_python=sys.executable, batch_size=5)
@@ -241,7 +241,7 @@ def test_vllm_offline_backend_through_a_standin_vllm(models, world_ingest, tmp_p
 
 
 def test_vllm_runner_failure_is_an_error_that_keeps_finished_batches(models, world_ingest, tmp_path):
-    from platonic_core.positives.vllm_offline import VllmOfflineBackend
+    from platonic.core.positives.vllm_offline import VllmOfflineBackend
 
     cfg = cfg_for(models, "vllm", vllm_python=sys.executable, recaptions=0)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "nowhere")}  # no vllm importable there
@@ -251,7 +251,7 @@ def test_vllm_runner_failure_is_an_error_that_keeps_finished_batches(models, wor
 
 
 def test_parse_completion_reasons():
-    from platonic_core.positives.openai_http import parse_completion
+    from platonic.core.positives.openai_http import parse_completion
 
     ok = {"choices": [{"message": {"content": " a  red\ncube "}, "finish_reason": "stop"}],
           "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
@@ -284,13 +284,13 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
     """The positives task (outside a flow) with the transformers backend on the world:
     texts/s and tokens/s reach the stage's MLflow run; the provenance table is logged; a
     forced rerun finds every shard finished in the work folder and regenerates nothing."""
-    from platonic_core.config import load_config
-    from platonic_core.stages import FORCE, RUN
-    from tasks import tracking
-    from tasks.ingest import ingest
-    from tasks.positives import positives
-    from tasks.stage import RunContext
-    from tasks.world import world
+    from platonic.core.config import load_config
+    from platonic.core.stages import FORCE, RUN
+    from platonic.tasks import tracking
+    from platonic.tasks.ingest import ingest
+    from platonic.tasks.positives import positives
+    from platonic.tasks.stage import RunContext
+    from platonic.tasks.world import world
 
     out = tmp_path / "store"
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
@@ -345,7 +345,7 @@ def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_pa
 
 
 def test_infra_recipe_points_the_openai_backend_at_the_paper_models():
-    from platonic_core.config import load_config
+    from platonic.core.config import load_config
 
     cfg = load_config(ROOT / "infra" / "vllm" / "positives_openai.yaml").positives
     assert cfg.backend == "openai"
@@ -366,10 +366,10 @@ def test_webdataset_corpus_recaptions_read_the_tar_members_the_ingest_located(mo
 
     import numpy as np
 
-    from platonic_core.data.corpus import ingest_corpus
-    from platonic_core.data.readers import resolve_sources
-    from platonic_core.positives.images import png_bytes
-    from platonic_core.positives.transformers_backend import TransformersBackend
+    from platonic.core.data.corpus import ingest_corpus
+    from platonic.core.data.readers import resolve_sources
+    from platonic.core.positives.images import png_bytes
+    from platonic.core.positives.transformers_backend import TransformersBackend
 
     rng = np.random.default_rng(0)
     sent: dict[str, bytes] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from platonic_core.retrieval import fit_map, recall_at_k, residual, retrieval
+from platonic.core.retrieval import fit_map, recall_at_k, residual, retrieval
 
 
 def rotated_pair(n=400, d=12, noise=0.0, seed=0):
@@ -59,7 +59,7 @@ def test_retrieval_through_a_fitted_rotation_is_perfect_and_chance_without_one()
 def test_residual_of_unrelated_representations_is_about_sqrt2():
     rng = np.random.default_rng(5)
     x, y = rng.standard_normal((4000, 8)), rng.standard_normal((4000, 8))
-    from platonic_core.retrieval import split_halves
+    from platonic.core.retrieval import split_halves
 
     fit, held = split_halves(4000)
     m = fit_map(x[fit], y[fit])

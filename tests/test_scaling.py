@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from platonic_core.scaling import SaturatingLaw, fit_law, forecast, samples_to_reach, seed_noise
-from platonic_core.stats import mean_ci, t_cdf, t_quantile
+from platonic.core.scaling import SaturatingLaw, fit_law, forecast, samples_to_reach, seed_noise
+from platonic.core.stats import mean_ci, t_cdf, t_quantile
 
 
 @pytest.mark.parametrize("df", [1, 2, 4, 9, 30])

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from platonic_core.config import ModelConfig, OptimConfig
-from platonic_core.features import text_layer_features
-from platonic_core.models import build_model, load_checkpoint, save_checkpoint
-from platonic_core.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, encode, train_tokenizer
-from platonic_core.train import ImageData, TextData, lr_at, make_sampler, mask_tokens, train_model
+from platonic.core.config import ModelConfig, OptimConfig
+from platonic.core.features import text_layer_features
+from platonic.core.models import build_model, load_checkpoint, save_checkpoint
+from platonic.core.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, encode, train_tokenizer
+from platonic.core.train import ImageData, TextData, lr_at, make_sampler, mask_tokens, train_model
 
 TEXTS = [f"a {s} {c} {sh} in the {p}." for s in ("small", "big") for c in ("red", "blue", "green")
          for sh in ("circle", "square") for p in ("top", "bottom left", "middle")]
@@ -98,7 +98,7 @@ def test_tokenizer_is_identical_across_processes(tmp_path):
     import subprocess
     import sys
 
-    code = ("from platonic_core.tokenizer import train_tokenizer; import sys; "
+    code = ("from platonic.core.tokenizer import train_tokenizer; import sys; "
             f"texts = {TEXTS!r}; sys.stdout.write(train_tokenizer(texts, 30).to_str())")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout
@@ -114,7 +114,7 @@ def test_tokenizer_keeps_the_most_frequent_words_ties_alphabetical():
 
 
 def test_snapshot_steps_are_log_spaced_and_end_at_the_budget():
-    from platonic_core.train import snapshot_steps
+    from platonic.core.train import snapshot_steps
 
     assert snapshot_steps(450, 8) == [4, 8, 15, 30, 59, 117, 229, 450]
     assert snapshot_steps(10, 3) == [2, 4, 10]

@@ -17,11 +17,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from platonic_core.config import ModelConfig, ViewsConfig
-from platonic_core.models import build_model
-from platonic_core.tokenizer import load_tokenizer, special_ids
-from platonic_core.train import StreamSampler, main, torchrun_command
-from platonic_core.views import build_views
+from platonic.core.config import ModelConfig, ViewsConfig
+from platonic.core.models import build_model
+from platonic.core.tokenizer import load_tokenizer, special_ids
+from platonic.core.train import StreamSampler, main, torchrun_command
+from platonic.core.views import build_views
 
 COLOURS = ["red", "blue", "green", "black", "white", "pink", "grey", "brown"]
 SHAPES = ["circle", "square", "star", "cross", "heart", "ring"]
@@ -122,7 +122,7 @@ def test_a_sigkilled_run_resumes_to_the_same_final_weights(views, tmp_path):
     ref = tmp_path / "ref"
     main(["--recipe", str(recipe), "--model", "bad", "--input", str(views), "--out", str(ref), *sets])
     ck, out = tmp_path / "ck", tmp_path / "out"
-    args = [sys.executable, "-m", "platonic_core.train", "--recipe", str(recipe), "--model", "bad",
+    args = [sys.executable, "-m", "platonic.core.train", "--recipe", str(recipe), "--model", "bad",
             "--input", str(views), "--out", str(out), "--checkpoints", str(ck), *sets]
     p = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -185,7 +185,7 @@ def test_streaming_is_deterministic_split_and_resumable(views):
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
 def test_subword_tokenizers_train_offline_with_the_builtin_special_ids(tmp_path, kind):
-    from platonic_core.tokenizer import DEFAULT_SPECIALS, build_tokenizer, encode
+    from platonic.core.tokenizer import DEFAULT_SPECIALS, build_tokenizer, encode
 
     texts = [r["text"] for r in _corpus(48)]
     tok = build_tokenizer(texts, ViewsConfig(tokenizer=kind, vocab_size=120))
@@ -198,7 +198,7 @@ def test_subword_tokenizers_train_offline_with_the_builtin_special_ids(tmp_path,
 def test_pretrained_tokenizer_special_ids_and_a_clear_offline_error(monkeypatch):
     from tokenizers import Tokenizer, models
 
-    from platonic_core.tokenizer import pretrained_tokenizer
+    from platonic.core.tokenizer import pretrained_tokenizer
 
     # a BERT-like layout: specials are not 0..4, as in bert-base-uncased
     vocab = {"[PAD]": 0, "[unused0]": 1, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103, "red": 104}
@@ -210,7 +210,7 @@ def test_pretrained_tokenizer_special_ids_and_a_clear_offline_error(monkeypatch)
 
 
 def test_embed_text_output_projector_and_layer(views, tmp_path):
-    from platonic_core.features import run_embed
+    from platonic.core.features import run_embed
 
     recipe = views.parent / "recipe.yaml"
     ck = tmp_path / "good"

@@ -12,17 +12,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from platonic_core.artifacts import folder_digest
-from platonic_core.config import WorldConfig
-from platonic_core.world import generate_world, load_scenes, paraphrase, recaption, scene_rng
-from platonic_core.world.captions import (
+from platonic.core.artifacts import folder_digest
+from platonic.core.config import WorldConfig
+from platonic.core.world import generate_world, load_scenes, paraphrase, recaption, scene_rng
+from platonic.core.world.captions import (
     COLOUR_WORDS,
     SHAPE_WORDS,
     SIZE_WORDS,
     parse_alt_text,
     position_phrase,
 )
-from platonic_core.world.scenes import COLOURS, SHAPES, SIZES
+from platonic.core.world.scenes import COLOURS, SHAPES, SIZES
 
 CFG = WorldConfig(n_train=64, n_eval=32, eval_leak=0.0)  # leak tested on its own below
 # every position wording the grammar can produce on a 3x3 grid -> its cell
@@ -191,7 +191,7 @@ def test_paraphrase_rewords(world):
 
 
 def test_eval_leak_plants_web_copies_that_exact_dedup_finds(tmp_path):
-    from platonic_core.dedup import normalize_text
+    from platonic.core.dedup import normalize_text
 
     cfg = WorldConfig(n_train=400, n_eval=100, eval_leak=0.1)
     counts = generate_world(cfg, tmp_path)

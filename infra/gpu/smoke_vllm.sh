@@ -32,7 +32,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$VENV/bin/pip" install -q "${VLLM_SPEC:-vllm}"
 fi
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
-"$PY" -c "import platonic_core" 2>/dev/null || { echo "platonic is not installed in $PY (see README: Install)"; exit 2; }
+"$PY" -c "import platonic.core" 2>/dev/null || { echo "platonic is not installed in $PY (see README: Install)"; exit 2; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/platonic-vllm-smoke.XXXX")
 echo "== work folder $WORK"
@@ -40,12 +40,12 @@ echo "== work folder $WORK"
 import sys, time
 from pathlib import Path
 import pyarrow.parquet as pq
-from platonic_core.config import IngestConfig, PositivesConfig, WorldConfig
-from platonic_core.data.ingest import ingest_world
-from platonic_core.positives import generate_corpus
-from platonic_core.positives.images import image_source, input_shards
-from platonic_core.positives.vllm_offline import VllmOfflineBackend
-from platonic_core.world import generate_world
+from platonic.core.config import IngestConfig, PositivesConfig, WorldConfig
+from platonic.core.data.ingest import ingest_world
+from platonic.core.positives import generate_corpus
+from platonic.core.positives.images import image_source, input_shards
+from platonic.core.positives.vllm_offline import VllmOfflineBackend
+from platonic.core.world import generate_world
 
 work, vpy, cap, para, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 generate_world(WorldConfig(n_train=max(16, n), n_eval=16), work / "world")

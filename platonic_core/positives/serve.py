@@ -1,7 +1,7 @@
 """A loopback OpenAI-compatible chat server over local transformers models.
 
     platonic serve-chat --model DIR [--model DIR2] --port 8000 [--fail-every N] [--delay-every N]
-    python -m platonic_core.positives.serve --model DIR --port 8000
+    python -m platonic.core.positives.serve --model DIR --port 8000
 
 POST /v1/chat/completions and GET /v1/models, as `vllm serve` answers them, so the openai
 backend can be run end to end without a GPU: the tests start it on a tiny model built from

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import typer
 
-from .config import ConfigError, PipelineConfig, load_config
+from platonic.core.config import ConfigError, PipelineConfig, load_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Proving and improving the Platonic Representation Hypothesis with JEPAs.")
@@ -44,8 +44,8 @@ def fail(msg: str, code: int = 2) -> None:
 def _reported_errors():
     """Recipe errors -> exit 2; missing cache or a failed stage -> exit 1; one `error:` line
     each (Prefect has already logged a failed stage's traceback)."""
-    from platonic_core.data.readers import SourceError
-    from tasks.stage import UpstreamNotCached
+    from platonic.core.data.readers import SourceError
+    from platonic.tasks.stage import UpstreamNotCached
 
     try:
         yield
@@ -74,7 +74,7 @@ def _embedded_defaults() -> None:
 
 
 def _run(cfg: PipelineConfig, only: str | None, from_stage: str | None, force: list[str], as_json: bool) -> dict:
-    from .stages import plan
+    from platonic.core.stages import plan
 
     plan(cfg, only, from_stage, force)  # validate stage names before anything starts
     cfg.services.apply()  # the recipe's endpoints, where the environment names none
@@ -83,7 +83,7 @@ def _run(cfg: PipelineConfig, only: str | None, from_stage: str | None, force: l
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     with redirect:
-        from flows.pipeline import pipeline
+        from platonic.flows.pipeline import pipeline
 
         results = pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=force or None)
     if as_json:
@@ -157,14 +157,14 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
 ) -> None:
     """The paper's table: every text model x vision encoder x eval set (mutual kNN, cached)."""
-    from .config import CompareConfig
+    from platonic.core.config import CompareConfig
 
     with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
         _embedded_defaults()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from flows.compare import compare_flow
+            from platonic.flows.compare import compare_flow
 
             results = compare_flow(cfg.model_dump(mode="json"))
     if as_json:
@@ -183,14 +183,14 @@ def ablate(
     as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
 ) -> None:
     """Run an ablation grid (rows: positives; columns: objectives; seeds) as one flow."""
-    from .ablation import load_ablation
+    from platonic.core.ablation import load_ablation
 
     with _reported_errors():
         abl, cells = load_ablation(recipe, sets, base_sets, quick)
         Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
         _embedded_defaults()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from flows.ablate import ablate as ablate_flow
+            from platonic.flows.ablate import ablate as ablate_flow
 
             results = ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])
     if as_json:
@@ -211,11 +211,10 @@ def table(
     """Print the Table-7-like grid of an ablation run (mean ± CI over seeds), rebuilt from the
     per-cell scores stored in MLflow, and log it to that run as table.md."""
     _embedded_defaults()
-    from tasks import tracking
-    from tasks.ablation import load_ablation_run
-
-    from .ablation import grid_table
-    from .report import ablation_table
+    from platonic.core.ablation import grid_table
+    from platonic.core.report import ablation_table
+    from platonic.tasks import tracking
+    from platonic.tasks.ablation import load_ablation_run
 
     try:
         run, cells, summary = load_ablation_run(experiment, out_dir, run_id)
@@ -244,9 +243,8 @@ def forecast(
     """Fit the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predict one run
     at another budget, with an interval (runs at that budget are left out of the fit)."""
     _embedded_defaults()
-    from tasks.ablation import load_ablation_run
-
-    from .ablation import forecast_from_cells
+    from platonic.core.ablation import forecast_from_cells
+    from platonic.tasks.ablation import load_ablation_run
 
     try:
         run, cells, summary = load_ablation_run(experiment, out_dir, run_id)
@@ -286,7 +284,7 @@ def audit(
     """Contamination audit: which eval captions (and images) have a match in a training corpus, per level."""
     from pydantic import ValidationError
 
-    from .config import AuditConfig, _format_validation_error, apply_overrides
+    from platonic.core.config import AuditConfig, _format_validation_error, apply_overrides
 
     with _reported_errors():
         raw = apply_overrides({"corpus": corpus, "eval": evals, "out_dir": out_dir,
@@ -298,7 +296,7 @@ def audit(
         _embedded_defaults()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from flows.audit import audit_flow
+            from platonic.flows.audit import audit_flow
 
             results = audit_flow(cfg.model_dump(mode="json"), force=force)
     if as_json:
@@ -314,14 +312,14 @@ def audit(
 def stand_ins(out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
               n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set")) -> None:
     """Build tiny local models + a PRH-format eval set for `platonic compare configs/compare_tiny.yaml`."""
-    from .standins import build_standins
+    from platonic.core.standins import build_standins
 
     for k, v in build_standins(out, n=n).items():
         typer.echo(f"{k:10s} {v}")
     # tiny generators for the positives backends (serve-chat, transformers, the vLLM stand-in)
     import pyarrow.parquet as pq
 
-    from .standins import build_generation_standins
+    from platonic.core.standins import build_generation_standins
 
     texts = pq.read_table(out / "world" / "alt_texts.parquet", columns=["text"])["text"].to_pylist()
     for k, v in build_generation_standins(out, texts).items():
@@ -361,7 +359,7 @@ def ingest(
             raise ConfigError(f"--format must be recap, wds, coco or jsonl, not {fmt!r}")
         cfg = load_config(config, overrides)
         _embedded_defaults()
-        from tasks.ingest import IngestFailed, ingest_standalone
+        from platonic.tasks.ingest import IngestFailed, ingest_standalone
 
         try:
             m, failed = ingest_standalone(cfg, out, force), None
@@ -453,7 +451,7 @@ def corpus_stats_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Texts per source kind, texts per image, length distributions, quarantine reasons."""
-    from .data.catalog import corpus_report
+    from platonic.core.data.catalog import corpus_report
 
     try:
         folder = folder or latest_ingest(out_dir)
@@ -492,7 +490,7 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
     from rich.console import Console
     from rich.table import Table
 
-    from .stages import SPECS, instances
+    from platonic.core.stages import SPECS, instances
 
     try:
         cfg = load_config(config)
@@ -517,7 +515,7 @@ def lineage(
 ) -> None:
     """The chain from an evaluation run back to the ingested source."""
     _embedded_defaults()
-    from tasks.lineage import LineageError, print_lineage, trace
+    from platonic.tasks.lineage import LineageError, print_lineage, trace
 
     try:
         chain = trace(run_id, out_dir)
@@ -541,8 +539,8 @@ def align(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score two feature files as platonic-rep does (best over layer pairs)."""
-    from .features import load_features
-    from .metrics import METRICS, alignment
+    from platonic.core.features import load_features
+    from platonic.core.metrics import METRICS, alignment
 
     if metric not in METRICS:
         fail(f"unknown metric {metric!r} (available: {', '.join(METRICS)})")
@@ -576,7 +574,7 @@ def serve_chat(
 ) -> None:
     """POST /v1/chat/completions + GET /v1/models over local transformers models, with
     failure injection: what the openai positives backend talks to, without a GPU."""
-    from .positives.serve import Faults, serve
+    from platonic.core.positives.serve import Faults, serve
 
     for m in model:
         if not Path(m).is_dir():
