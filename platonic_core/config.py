@@ -64,7 +64,7 @@ class WorldConfig(Section):
 
 class IngestConfig(Section):
     """Where texts come from. `world` (default) ingests the synthetic world; the others
-    read real corpora shard by shard (platonic_core/data/readers.py):
+    read real corpora shard by shard (platonic_core/data/readers/):
 
     - recap: Recap-DataComp-1B parquet (org_caption -> alt; re_caption and, when present,
       re_caption_condition_diverse_topk -> recap; key = image id)

@@ -19,9 +19,9 @@ from platonic.core.config import IngestConfig, load_config
 from platonic.core.data.catalog import corpus_report, open_catalog
 from platonic.core.data.corpus import ingest_corpus
 from platonic.core.data.readers import (
+    JsonStream,
     ShardError,
     SourceError,
-    _JsonStream,
     read_image_member,
     resolve_sources,
 )
@@ -402,10 +402,10 @@ def test_streaming_json_across_chunk_boundaries(chunk):
     doc = {"info": {"a": [1, 2, {"b": "}]"}]}, "images": [{"x": 1.5e3, "s": "é ü — \u4e2d"}, {"x": 12345678}, []],
            "other": None, "annotations": [], "n": 123456789}
     data = json.dumps(doc, ensure_ascii=False).encode()
-    got = list(_JsonStream(io.BytesIO(data), "doc.json", chunk=chunk).arrays({"images", "annotations"}))
+    got = list(JsonStream(io.BytesIO(data), "doc.json", chunk=chunk).arrays({"images", "annotations"}))
     assert got == [("images", it) for it in doc["images"]]
     with pytest.raises(ShardError, match="doc.json"):
-        list(_JsonStream(io.BytesIO(data[:-9]), "doc.json", chunk=chunk).arrays({"images", "n"}))
+        list(JsonStream(io.BytesIO(data[:-9]), "doc.json", chunk=chunk).arrays({"images", "n"}))
 
 
 # ---- JSONL / CSV ------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Every input row is kept or quarantined with a reason; `in == kept + quarantined`.
 This module holds the text rules (`check_texts`, vectorised; `check_text`, one value) and
-the synthetic world's ingest; real corpora go through `readers.py` and `corpus.py`, which
+the synthetic world's ingest; real corpora go through `readers/` and `corpus.py`, which
 apply the same rules shard by shard.
 """
 

@@ -1,0 +1,109 @@
+"""What every reader shares: the shard and batch types, the errors, the internal column
+markers the normaliser reads, and the `Reader` base class.
+
+Every batch holds, per input row: `image_id`, `source_row` (the row's ordinal in the shard),
+the text columns named by the reader's `fields`, per-row index columns where a text's index
+comes from the data (caption ids), `__mismatch__<col>` flags where a value had the wrong
+type, and provenance columns (everything else)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from ...config import IngestConfig
+
+MISMATCH = "__mismatch__"
+REASON = "__reason__"  # a row-level reason found by the reader (e.g. unknown_image), else null
+REASON_FIELD = "__reason_field__"
+
+
+class SourceError(ValueError):
+    """A source that cannot be read at all (no such file, no shards, bad URI). One line."""
+
+
+class ShardError(RuntimeError):
+    """One shard could not be read (truncated, corrupt): the message names the file."""
+
+
+@dataclass(frozen=True)
+class TextField:
+    """One text per input row: `column` holds it, `kind` is its source kind. Its text id is
+    `<image_id>:<kind>:<index>`, the index a constant or, for captions, a per-row column."""
+
+    column: str
+    kind: str
+    index: int = 0
+    index_column: str | None = None
+    optional: bool = False  # a shard without this column has no such texts (older Recap files)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file: its partition name in the output, where it is, its content digest."""
+
+    id: str
+    uri: str
+    digest: str
+
+
+@dataclass
+class Batch:
+    rows: pa.Table
+    images: pa.Table | None = None  # webdataset: image members addressable by offset
+
+
+def as_text(values: list[Any]) -> tuple[pa.Array, pa.Array]:
+    """Python values -> (binary texts, mismatch flags). Strings are kept as their UTF-8 bytes
+    (lone surrogates from `surrogateescape` become the original invalid bytes); a value of
+    another type keeps its JSON form and is flagged as a schema mismatch."""
+    out, bad = [], []
+    for v in values:
+        if v is None or isinstance(v, str):
+            out.append(None if v is None else v.encode("utf-8", "surrogateescape"))
+            bad.append(False)
+        else:
+            out.append(json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogateescape"))
+            bad.append(True)
+    return pa.array(out, pa.binary()), pa.array(bad, pa.bool_())
+
+
+def str_or_none(v: Any) -> str | None:
+    return None if v is None or v == "" else str(v)
+
+
+class Reader:
+    """One source format. Subclasses set `fields` and implement `batches(shard)`."""
+
+    format = ""
+
+    def __init__(self, cfg: IngestConfig):
+        self.cfg = cfg
+        self.batch_rows = cfg.batch_rows
+
+    @property
+    def fields(self) -> list[TextField]:
+        raise NotImplementedError
+
+    def batches(self, shard: Shard) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What the reader does, for the shard cache key: same description, same output."""
+        return {"format": self.format, "fields": [f.__dict__ for f in self.fields],
+                "id_column": getattr(self, "id_column", None)}
+
+
+def mapped_fields(text_columns: dict[str, str], index_column: str | None, optional: set[str] = frozenset()) -> list[TextField]:
+    """column -> kind mapping as fields; the n-th column of a kind has index n."""
+    seen: dict[str, int] = {}
+    out = []
+    for col, kind in text_columns.items():
+        out.append(TextField(col, kind, seen.get(kind, 0), index_column, col in optional))
+        seen[kind] = seen.get(kind, 0) + 1
+    return out

@@ -1,0 +1,164 @@
+"""Webdataset tars: per sample key, .txt and/or .json fields; image members are recorded as
+(tar, member, offset, size), never decoded (`read_image_member` reads one later)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from .base import (
+    MISMATCH,
+    Batch,
+    Reader,
+    Shard,
+    ShardError,
+    TextField,
+    as_text,
+    mapped_fields,
+    str_or_none,
+)
+from .sources import open_binary
+
+if TYPE_CHECKING:
+    from ...config import IngestConfig
+
+IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"}
+IMAGE_SCHEMA = pa.schema([("image_id", pa.string()), ("tar", pa.string()), ("member", pa.string()),
+                          ("offset", pa.int64()), ("size", pa.int64()), ("ext", pa.string())])
+
+
+class WdsReader(Reader):
+    """Samples are runs of tar members sharing a key (the path up to the first dot of the
+    file name). Text columns: `txt` (the .txt member) and `json.<field>` (a field of the
+    .json member). Image members are located, not read: (tar, member, offset, size)."""
+
+    format = "wds"
+
+    def __init__(self, cfg: IngestConfig):
+        super().__init__(cfg)
+        self.text_columns = cfg.text_columns or {"txt": "alt"}
+        self.id_column = cfg.id_column  # None: the sample key; else a json field
+
+    @property
+    def fields(self) -> list[TextField]:
+        return mapped_fields(self.text_columns, self.cfg.index_column)
+
+    def _rows(self, samples: list[tuple[str, dict]], shard: Shard, row0: int) -> Batch:
+        ids, img_rows = [], []
+        tar_name = shard.uri.rstrip("/").rsplit("/", 1)[-1]  # the file, not where it lives (shards maps it)
+        json_cols = {c for c in self.text_columns if c.startswith("json.")} | (
+            {self.cfg.index_column} if self.cfg.index_column else set())
+        texts: dict[str, list] = {c: [] for c in self.text_columns}
+        bad: dict[str, list] = {c: [] for c in self.text_columns}
+        extra: dict[str, list] = {c: [] for c in json_cols if c not in texts}
+        prov: dict[str, list] = {"member_key": [], "url": [], "sha256": [], "members": []}
+        for key, parts in samples:
+            meta, meta_ok = None, True
+            if "json" in parts:
+                try:
+                    meta = json.loads(parts["json"].decode("utf-8", "surrogateescape"))
+                except (ValueError, UnicodeDecodeError):
+                    meta_ok = False
+            meta = meta if isinstance(meta, dict) else None
+            image_id = key
+            if self.id_column:
+                image_id = str_or_none(meta.get(self.id_column.removeprefix("json."))) if meta else None
+            ids.append(image_id)
+            for c in self.text_columns:
+                if c == "txt" or not c.startswith("json."):
+                    raw = parts.get(c)
+                    texts[c].append(raw if isinstance(raw, bytes) else None)
+                    bad[c].append(False)
+                elif not meta_ok:  # unparsable .json: its raw bytes, quarantined as a mismatch
+                    texts[c].append(parts["json"])
+                    bad[c].append(True)
+                else:
+                    v = meta.get(c[5:]) if meta else None
+                    t, m = as_text([v])
+                    texts[c].append(t[0].as_py())
+                    bad[c].append(m[0].as_py())
+            for c in extra:
+                extra[c].append(str_or_none(meta.get(c[5:])) if meta else None)
+            prov["member_key"].append(key)
+            prov["url"].append(str_or_none(meta.get("url")) if meta else None)
+            prov["sha256"].append(str_or_none(meta.get("sha256")) if meta else None)
+            prov["members"].append(",".join(sorted(e for e in parts if not e.startswith("@"))))
+            for ext, loc in parts.items():
+                if ext.startswith("@"):
+                    img_rows.append((image_id, tar_name, loc[0], loc[1], loc[2], ext[1:]))
+        cols: dict[str, pa.Array] = {"image_id": pa.array(ids, pa.string()),
+                                     "source_row": pa.array(range(row0, row0 + len(samples)), pa.int64())}
+        for c in self.text_columns:
+            cols[c] = pa.array(texts[c], pa.binary())
+            cols[MISMATCH + c] = pa.array(bad[c], pa.bool_())
+        for c, v in extra.items():
+            cols[c] = pa.array(v, pa.string())
+        for c, v in prov.items():
+            cols[c] = pa.array(v, pa.string())
+        images = pa.Table.from_pylist(
+            [dict(zip(IMAGE_SCHEMA.names, r, strict=True)) for r in img_rows], schema=IMAGE_SCHEMA)
+        return Batch(pa.table(cols), images)
+
+    def batches(self, shard: Shard) -> Iterator[Batch]:
+        samples: list[tuple[str, dict]] = []
+        row = 0
+        cur_key, cur = None, {}
+        with open_binary(shard.uri) as fh:
+            try:
+                tf = tarfile.open(fileobj=fh, mode="r|*")
+            except tarfile.TarError as e:
+                raise ShardError(f"{shard.uri}: not a readable tar ({e})") from None
+            with tf:
+                try:
+                    for m in tf:
+                        if not m.isfile():
+                            continue
+                        d, _, base = m.name.rpartition("/")
+                        stem, dot, ext = base.partition(".")
+                        if not dot:
+                            continue  # a member without an extension is no part of a sample
+                        key = f"{d}/{stem}" if d else stem
+                        if key != cur_key:
+                            if cur_key is not None:
+                                samples.append((cur_key, cur))
+                            cur_key, cur = key, {}
+                        ext = ext.lower()
+                        if ext in IMAGE_EXTS:  # located, not read: the recaptioner opens it later
+                            cur["@" + ext] = (m.name, m.offset_data, m.size)
+                        else:
+                            f = tf.extractfile(m)
+                            cur[ext] = f.read() if f else b""
+                        if len(samples) >= self.batch_rows:
+                            yield self._rows(samples, shard, row)
+                            row += len(samples)
+                            samples = []
+                except (tarfile.TarError, EOFError, OSError, zlib_error()) as e:
+                    raise ShardError(f"{shard.uri}: truncated or corrupt tar ({type(e).__name__}: {e})") from None
+        if cur_key is not None:
+            samples.append((cur_key, cur))
+        if samples:
+            yield self._rows(samples, shard, row)
+
+
+def zlib_error() -> type[Exception]:
+    import zlib
+
+    return zlib.error
+
+
+def read_image_member(tar_uri: str, offset: int, size: int, member: str | None = None) -> bytes:
+    """The bytes of an image the wds reader located: a seek and a read in a plain tar; in a
+    compressed tar (offsets are in the decompressed stream) the member is streamed to."""
+    if tar_uri.lower().endswith((".gz", ".tgz")):
+        with open_binary(tar_uri) as f, tarfile.open(fileobj=f, mode="r|*") as tf:
+            for m in tf:
+                if m.offset_data == offset and (member is None or m.name == member):
+                    return tf.extractfile(m).read()
+        raise ShardError(f"{tar_uri}: no member at offset {offset}")
+    with open_binary(tar_uri) as f:
+        f.seek(offset)
+        return f.read(size)
