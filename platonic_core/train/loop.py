@@ -1,0 +1,300 @@
+"""The training loop: one function for every model kind, batches drawn by a seeded sampler.
+
+Budgets are counted in samples (steps × batch size), as in the paper (21.6M / 900M samples).
+A *sample* is one image's worth of positives for a JEPA (V views), one text for next-token.
+
+    model = build_model(cfg, vocab_size=..., max_len=...)
+    history = train_model(cfg, model, make_sampler(cfg, data, seed), seed=seed)
+
+`run_train` is the train stage: an input artifact (views or world) in, a checkpoint out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_model
+from tqdm.auto import tqdm
+
+from ..models import ImageEncoder, build_model, save_checkpoint
+from ..objectives import SIGReg, lejepa_loss, next_token_loss
+from ..tokenizer import DEFAULT_SPECIALS, load_tokenizer, special_ids
+from .checkpoint import latest_checkpoint, load_train_state, save_train_state
+from .data import ImageData, load_text_data, load_train_renders
+from .sampler import StreamSampler, make_sampler
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig, OptimConfig
+
+
+def lr_at(step: int, total: int, optim: OptimConfig) -> float:
+    """Linear warmup, then cosine down to final_lr_frac · lr."""
+    warm = max(1, int(optim.warmup_frac * total))
+    if step < warm:
+        return optim.lr * (step + 1) / warm
+    p = (step - warm) / max(1, total - warm)
+    return optim.lr * (optim.final_lr_frac + (1 - optim.final_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def snapshot_steps(steps: int, n: int) -> list[int]:
+    """`n` log-spaced step counts ending at `steps` (each about twice the previous one for
+    n=8 over a few hundred steps): where alignment-vs-samples curves are measured."""
+    if n <= 0:
+        return []
+    first = max(1, round(steps / 2 ** (n - 1)))
+    return sorted({int(round(x)) for x in np.geomspace(first, steps, n)})
+
+
+def rank_world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) outside torch.distributed."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _n_dim(key: str, x: torch.Tensor) -> int:
+    """The sample axis of a batch tensor: (V, N, ...) views, (N, T) texts."""
+    return 1 if key == "images" or x.ndim == 3 else 0
+
+
+def slice_batch(batch: dict, part: int, parts: int) -> dict:
+    """Rows part*N/parts .. (part+1)*N/parts of every tensor along its sample axis."""
+    out = {}
+    for k, x in batch.items():
+        d = _n_dim(k, x)
+        n = x.shape[d] // parts
+        out[k] = x.narrow(d, part * n, n)
+    return out
+
+
+def compute_loss(cfg: ModelConfig, model: torch.nn.Module, batch: dict, sigreg: SIGReg | None, step: int,
+                 ntp_tokens: float | None = None):
+    """(loss, {terms}). `ntp_tokens`: the next-token targets of the whole optimiser step
+    (all processes, all micro-batches) divided by the world size; the loss is then this
+    micro-batch's summed cross-entropy over it, so DDP's mean of gradients over processes
+    and accumulation's sum over micro-batches give exactly the global mean over tokens."""
+    if cfg.kind == "text_jepa":
+        ids, mask = batch["input_ids"], batch["attention_mask"]  # (V, N, T)
+        v, n = ids.shape[:2]
+        _, z = model(ids.flatten(0, 1), mask.flatten(0, 1))  # (V*N, K)
+        return lejepa_loss(z.view(v, n, -1), sigreg, cfg.lam, step, cfg.loss_form)
+    if cfg.kind == "image_jepa":
+        imgs = batch["images"]  # (V, N, H, W, 3)
+        v, n = imgs.shape[:2]
+        _, z = model(ImageEncoder.prepare(imgs.flatten(0, 1)))
+        return lejepa_loss(z.view(v, n, -1), sigreg, cfg.lam, step, cfg.loss_form)
+    if cfg.kind == "causal_lm":
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        if ntp_tokens is None:
+            loss = next_token_loss(logits, batch["input_ids"], batch["attention_mask"])
+            return loss, {"ntp": loss.item()}
+        loss = next_token_loss(logits, batch["input_ids"], batch["attention_mask"], reduction="sum") / ntp_tokens
+        return loss, {"ntp": loss.item()}
+    raise ValueError(f"unknown kind {cfg.kind!r}")
+
+
+def _ntp_targets(batch: dict) -> int:
+    return int(batch["attention_mask"][:, 1:].sum())
+
+
+def resolve_device(cfg: ModelConfig) -> torch.device:
+    want = cfg.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("device: cuda, but torch sees no GPU")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def use_bf16(cfg: ModelConfig, device: torch.device) -> bool:
+    p = cfg.precision
+    if p == "fp32":
+        return False
+    ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if p == "bf16" and device.type == "cuda" and not ok:
+        raise RuntimeError("precision: bf16, but this GPU does not support bf16")
+    return ok or (p == "bf16" and device.type == "cpu")  # CPU bf16 autocast when asked for
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return batch if device.type == "cpu" else {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train_model(
+    cfg: ModelConfig,
+    model: torch.nn.Module,
+    sampler: Callable[[], dict],
+    seed: int,
+    on_log: Callable[[int, dict], None] | None = None,
+    log_every: int = 10,
+    desc: str = "train",
+    show_progress: bool = True,
+    on_snapshot: Callable[[int, torch.nn.Module], None] | None = None,
+    state_dir: Path | None = None,
+) -> dict:
+    """Train `model` for cfg.total_steps; returns a summary (final loss terms, samples, timing).
+    `on_snapshot(steps_done, model)` is called after each of `snapshot_steps(steps,
+    cfg.snapshots)` but the last (the final model is the caller's).
+
+    `sampler()` gives the global batch (`sampler.global_batch`: every process slices its
+    rows) or this process's batch (streaming). Under torch.distributed the model is wrapped
+    in DDP. `state_dir`: resumable checkpoints every `cfg.checkpoint_every` samples; when it
+    holds one, training resumes from the newest."""
+    steps = cfg.total_steps
+    accum = cfg.grad_accum
+    every = cfg.checkpoint_every
+    rank, world = rank_world()
+    if cfg.batch_size % (world * accum):
+        raise ValueError(f"batch_size {cfg.batch_size} (global) is not divisible by {world} processes x "
+                         f"grad_accum {accum}")
+    device = resolve_device(cfg)
+    bf16 = use_bf16(cfg, device)
+    snaps = set(snapshot_steps(steps, cfg.snapshots)) - {steps}
+    torch.manual_seed(seed)
+    model.to(device)
+    model.train()
+    decay = [p for n_, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n_, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.optim.lr, fused=device.type == "cuda" or None,
+    )
+    sigreg = SIGReg(cfg.slices, seed=seed).to(device) if cfg.kind in ("text_jepa", "image_jepa") else None
+    start = 0
+    ckpt = latest_checkpoint(state_dir)
+    if ckpt is not None:
+        start = load_train_state(ckpt, model, opt, sampler)["step"]
+    net: torch.nn.Module = model
+    if world > 1:
+        # the projector's BatchNorm already normalises over the global batch (GlobalBatchNorm1d)
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg.compile:
+        net = torch.compile(net)
+    global_batch = getattr(sampler, "global_batch", True)
+    # the loss of a micro-batch is a mean over it: scale so the step's gradient is the mean
+    # over its micro-batches; NTP is exact over tokens (see compute_loss)
+    exact_ntp = cfg.kind == "causal_lm" and (world > 1 or accum > 1)
+    terms: dict[str, float] = {}
+    t0 = time.perf_counter()
+    t_log, samples_log, tokens_log = t0, start * cfg.batch_size, 0
+    bar = tqdm(range(start, steps), desc=desc, unit="step", disable=not show_progress or rank != 0, leave=False,
+               mininterval=0.5)
+    for step in bar:
+        lr = lr_at(step, steps, cfg.optim)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = sampler()
+        mine = slice_batch(batch, rank, world) if global_batch and world > 1 else batch
+        tokens_log += int(mine["attention_mask"].sum()) * world if "attention_mask" in mine else 0
+        ntp_tokens = None
+        if exact_ntp:  # the step's targets over all processes: the global batch's, or summed
+            if global_batch:
+                count = float(_ntp_targets(batch))
+            else:
+                total = torch.tensor(float(_ntp_targets(mine)))
+                if world > 1:
+                    dist.all_reduce(total)
+                count = total.item()
+            ntp_tokens = max(count, 1.0) / world
+        opt.zero_grad(set_to_none=True)
+        step_terms: dict[str, float] = {}
+        for m in range(accum):
+            micro = _to(slice_batch(mine, m, accum) if accum > 1 else mine, device)
+            sync = m == accum - 1 or world == 1
+            ctx = net.no_sync() if not sync and hasattr(net, "no_sync") else contextlib.nullcontext()
+            with ctx, torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss, t = compute_loss(cfg, net, micro, sigreg, step, ntp_tokens)
+                if accum > 1 and ntp_tokens is None:
+                    loss = loss / accum
+            with ctx:
+                loss.backward()
+            for k, v in {"loss": loss.item(), **t}.items():
+                # the loss (already scaled) and exact NTP shares add up; other terms average
+                step_terms[k] = step_terms.get(k, 0.0) + v / (1 if (k == "loss" or exact_ntp) else accum)
+        if cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        opt.step()
+        if not math.isfinite(step_terms["loss"]):
+            raise FloatingPointError(f"{desc}: loss is {step_terms['loss']} at step {step}")
+        done = (step + 1) * cfg.batch_size
+        if step % log_every == 0 or step == steps - 1:  # every process takes the same branch
+            if world > 1:  # the step's global terms: shares and local means averaged over processes
+                vec = torch.tensor(list(step_terms.values()), dtype=torch.float64)
+                dist.all_reduce(vec)
+                step_terms = dict(zip(step_terms, (vec / world).tolist(), strict=True))
+            terms = step_terms
+            now = time.perf_counter()
+            dt = max(now - t_log, 1e-9)
+            rate = {"samples_per_s": (done - samples_log) / dt, "tokens_per_s": tokens_log / dt}
+            t_log, samples_log, tokens_log = now, done, 0
+            bar.set_postfix({k: f"{v:.3g}" for k, v in terms.items()}, refresh=False)
+            if on_log is not None and rank == 0:
+                on_log(step, {**terms, "lr": lr, "samples": done, **rate})
+        if step + 1 in snaps and on_snapshot is not None and rank == 0:
+            on_snapshot(step + 1, model)
+        if state_dir is not None and every and done // every > step * cfg.batch_size // every and step + 1 < steps:
+            if rank == 0:
+                save_train_state(state_dir, model, opt, sampler, step + 1, done)
+            if world > 1:
+                dist.barrier()
+    bar.close()
+    model.eval()
+    seconds = time.perf_counter() - t0
+    ran = steps - start
+    return {
+        **{f"final_{k}": v for k, v in terms.items()},
+        "steps": steps,
+        "samples": steps * cfg.batch_size,
+        "resumed_from_step": start,
+        "train_seconds": seconds,
+        "samples_per_second": ran * cfg.batch_size / max(seconds, 1e-9),
+    }
+
+
+def run_train(cfg: ModelConfig, seed: int, input_dir: Path, out: Path, on_log=None, desc: str = "train",
+              state_dir: Path | None = None, show_progress: bool = True, log_every: int = 10) -> dict:
+    """Train one model from its input artifact (views or world); write a safetensors
+    checkpoint (rank 0). `state_dir`: resumable training state (see `train_model`)."""
+    rank, world = rank_world()
+    if cfg.kind == "image_jepa":
+        renders = load_train_renders(input_dir)
+        build_args = {"image_size": int(renders.shape[2])}
+        sampler = make_sampler(cfg, ImageData(renders), seed)
+    else:
+        tok = load_tokenizer(input_dir / "tokenizer.json")
+        sp = special_ids(tok)
+        # the built-in layout keeps model.json as before (old checkpoints load unchanged)
+        extra = {} if sp == DEFAULT_SPECIALS else {"special_ids": sp}
+        if cfg.data == "stream":
+            max_len = json.loads((input_dir / "meta.json").read_text())["max_len"]
+            sampler = StreamSampler(cfg, input_dir, seed, tok, max_len, sp, rank, world)
+        else:
+            data, tok, max_len = load_text_data(input_dir, cfg, sp)
+            sampler = make_sampler(cfg, data, seed, sp)
+        build_args = {"vocab_size": tok.get_vocab_size(), "max_len": max_len, **extra}
+        if rank == 0:
+            shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")
+    torch.manual_seed(seed)
+    model = build_model(cfg, **build_args)
+
+    def on_snapshot(steps_done: int, m: torch.nn.Module) -> None:
+        (out / "snapshots").mkdir(exist_ok=True)
+        save_model(m, str(out / "snapshots" / f"step_{steps_done:06d}.safetensors"))
+
+    summary = train_model(cfg, model, sampler, seed, on_log=on_log, desc=desc, on_snapshot=on_snapshot,
+                          state_dir=state_dir, show_progress=show_progress, log_every=log_every)
+    if rank == 0:
+        save_checkpoint(model.cpu(), build_args, out)
+    summary["parameters"] = sum(p.numel() for p in model.parameters())
+    return summary
