@@ -1,25 +1,12 @@
 """The synthetic world: injective renderings of one world, small enough for a laptop.
 
-`generate_world(cfg, out)` writes
-- `scenes.parquet`: scene_id, split (train/eval), objects (JSON), background, render_row
-- `renders.npy`: uint8 (n_scenes, renders_per_scene, H, W, 3); row = render_row
-- `alt_texts.parquet`: scene_id, text (train scenes: what a web crawl would give)
-- `eval_captions.parquet`: scene_id, text (eval scenes: one complete caption each)
-
-Everything is a function of `cfg` alone: each scene draws from its own seeded stream, so
-the world is identical across machines and re-runs.
+Modules: `scenes` (scenes and their attributes), `render` (a scene -> an image), `captions`
+(a scene -> texts, and the text-only paraphraser), `streams` (seeded random streams per
+scene), `generate` (`generate_world`: the world on disk; `load_scenes` reads it back).
 """
 
-from __future__ import annotations
-
-import json
-from pathlib import Path
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from .captions import alt_text, paraphrase, recaption
+from .generate import generate_world, leak_eval_captions, load_scenes
 from .render import render
 from .scenes import (
     Scene,
@@ -29,92 +16,20 @@ from .scenes import (
     scene_to_json,
     world_laws,
 )
+from .streams import (
+    STREAM_ALT,
+    STREAM_EVAL_CAPTION,
+    STREAM_LEAK,
+    STREAM_PARAPHRASE,
+    STREAM_RECAPTION,
+    STREAM_RENDER,
+    STREAM_SCENE,
+    scene_rng,
+)
 
 __all__ = [
     "generate_world", "scene_rng", "load_scenes", "attribute_vector", "recaption",
-    "paraphrase", "alt_text", "Scene",
+    "paraphrase", "alt_text", "Scene", "leak_eval_captions", "render", "sample_scene", "scene_from_json",
+    "scene_to_json", "world_laws", "STREAM_ALT", "STREAM_EVAL_CAPTION", "STREAM_LEAK", "STREAM_PARAPHRASE",
+    "STREAM_RECAPTION", "STREAM_RENDER", "STREAM_SCENE",
 ]
-
-# independent random streams per scene
-STREAM_SCENE, STREAM_RENDER, STREAM_ALT, STREAM_EVAL_CAPTION = 0, 1, 2, 3
-STREAM_RECAPTION, STREAM_PARAPHRASE = 10, 11
-STREAM_LEAK = 20
-
-
-def scene_rng(seed: int, scene_index: int, stream: int, extra: int = 0) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, scene_index, stream, extra]))
-
-
-def generate_world(cfg, out: Path, progress=None) -> dict[str, int]:
-    """Write the world under `out`; returns counts."""
-    out.mkdir(parents=True, exist_ok=True)
-    n = cfg.n_train + cfg.n_eval
-    ids, splits, objs_json, backgrounds = [], [], [], []
-    renders = np.zeros((n, cfg.renders_per_scene, cfg.image_size, cfg.image_size, 3), np.uint8)
-    alt_rows, eval_rows = [], []
-    laws = world_laws(cfg)
-    it = range(n) if progress is None else progress(range(n), desc="world", unit="scene")
-    for i in it:
-        scene = sample_scene(scene_rng(cfg.seed, i, STREAM_SCENE), cfg, laws)
-        sid = f"s{i:07d}"
-        split = "train" if i < cfg.n_train else "eval"
-        ids.append(sid)
-        splits.append(split)
-        objs_json.append(json.dumps(scene_to_json(scene)))
-        backgrounds.append(scene.background)
-        rng = scene_rng(cfg.seed, i, STREAM_RENDER)
-        for r in range(cfg.renders_per_scene):
-            renders[i, r] = render(scene, rng, cfg.image_size, cfg.grid, cfg.image_noise)
-        if split == "train":
-            alt_rows.append((sid, alt_text(scene, cfg, scene_rng(cfg.seed, i, STREAM_ALT))))
-        else:
-            eval_rows.append((sid, recaption(scene, cfg, scene_rng(cfg.seed, i, STREAM_EVAL_CAPTION))))
-    leaked = leak_eval_captions(alt_rows, eval_rows, cfg)
-    pq.write_table(
-        pa.table({
-            "scene_id": ids, "split": splits, "objects": objs_json,
-            "background": pa.array(backgrounds, pa.int8()), "render_row": pa.array(range(n), pa.int32()),
-        }),
-        out / "scenes.parquet",
-    )
-    np.save(out / "renders.npy", renders)
-    for name, rows in (("alt_texts", alt_rows), ("eval_captions", eval_rows)):
-        pq.write_table(
-            pa.table({"scene_id": [r[0] for r in rows], "text": [r[1] for r in rows]}),
-            out / f"{name}.parquet",
-        )
-    return {"scenes": n, "train_scenes": cfg.n_train, "eval_scenes": cfg.n_eval,
-            "renders": n * cfg.renders_per_scene, "eval_captions_leaked": leaked}
-
-
-def _web_variant(text: str, rng: np.random.Generator) -> str:
-    """What a copy on the web looks like: case, final punctuation, spacing changed."""
-    t = text.rstrip(".")
-    if rng.random() < 0.5:
-        t = t.capitalize()
-    if rng.random() < 0.5:
-        t = t.replace(", ", " , ", 1)
-    return t + ("!" if rng.random() < 0.3 else "")
-
-
-def leak_eval_captions(alt_rows: list[tuple[str, str]], eval_rows: list[tuple[str, str]], cfg) -> int:
-    """Overwrite the alt-texts of random training scenes with web copies of a fraction
-    `cfg.eval_leak` of the eval captions (in place); returns how many leaked."""
-    n = int(round(cfg.eval_leak * len(eval_rows)))
-    if n == 0 or not alt_rows:
-        return 0
-    rng = scene_rng(cfg.seed, 0, STREAM_LEAK)
-    src = rng.choice(len(eval_rows), size=min(n, len(eval_rows)), replace=False)
-    dst = rng.choice(len(alt_rows), size=len(src), replace=False)
-    for e, a in zip(src, dst, strict=True):
-        alt_rows[a] = (alt_rows[a][0], _web_variant(eval_rows[e][1], rng))
-    return len(src)
-
-
-def load_scenes(world_dir: Path) -> dict[str, tuple[int, Scene, str]]:
-    """scene_id -> (scene index, Scene, split)."""
-    t = pq.read_table(world_dir / "scenes.parquet").to_pydict()
-    return {
-        sid: (int(sid[1:]), scene_from_json(json.loads(o), bg), split)
-        for sid, o, bg, split in zip(t["scene_id"], t["objects"], t["background"], t["split"], strict=True)
-    }
