@@ -4,102 +4,20 @@ Two tasks, as in the paper:
 - recaption: a captioner sees the image and writes a caption (LLaVA in the paper);
 - paraphrase: a text-only model sees only the alt-text and rewrites it (Qwen2.5 in Table 7).
 
-The demo's backend is the synthetic world's own captioner and paraphraser
-(`WorldGenerator`, the `Generator` protocol, `generate_positives`). Real models go through
-`ChatBackend` (generate.py): OpenAI chat messages in, completions out, resumable per shard
-(`generate_shard`, `generate_corpus`), with provenance per row. Backends: `openai`
-(openai_http.py, any OpenAI-compatible server such as `vllm serve`), `transformers`
-(transformers_backend.py, in process) and `vllm` (vllm_offline.py, a separate interpreter;
-vLLM is never imported here). `make_backend(cfg)` picks one from the recipe.
+The demo's backend is the synthetic world's own captioner and paraphraser (`WorldGenerator`,
+world_backend.py), run through the `Generator` protocol by `generate_positives`
+(generator.py). Real models go through `ChatBackend` (generate.py): OpenAI chat messages in,
+completions out, resumable per shard (`generate_shard`, `generate_corpus`), with provenance
+per row. Backends: `openai` (openai_http.py, any OpenAI-compatible server such as `vllm
+serve`), `transformers` (transformers_backend.py, in process) and `vllm` (vllm_offline.py, a
+separate interpreter; vLLM is never imported here). `make_backend(cfg)` (backends.py) picks
+one from the recipe.
 """
 
-from __future__ import annotations
-
-import json
-from pathlib import Path
-from typing import Protocol
-
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from ..data.schema import QUARANTINE_SCHEMA, text_table
+from .backends import make_backend
 from .generate import ChatBackend, generate_corpus, generate_shard
+from .generator import Generator, generate_positives
 from .world_backend import WorldGenerator
 
 __all__ = ["ChatBackend", "Generator", "WorldGenerator", "generate_corpus", "generate_positives", "generate_shard",
            "make_backend"]
-
-
-class Generator(Protocol):
-    name: str
-    model: str
-
-    def recaption(self, image_ids: list[str], index: int) -> list[str | None]:
-        """The `index`-th caption of each image (None = failed generation)."""
-
-    def paraphrase(self, texts: list[str], image_ids: list[str], index: int) -> list[str | None]:
-        """The `index`-th paraphrase of each text; sees the text only."""
-
-    def params(self, task: str) -> dict:
-        """Provenance: prompt digest, sampling parameters, seed."""
-
-
-def generate_positives(corpus: Path, gen: Generator, cfg, out: Path, batch: int = 512) -> dict[str, int]:
-    """corpus (alt-texts) + generated recaptions/paraphrases -> texts.parquet.
-
-    Failed generations go to failures.parquet with a reason; counts add up:
-    requested == generated + failed.
-    """
-    src = pq.read_table(corpus).to_pylist()
-    rows = [dict(r) for r in src]
-    failures = []
-    alts = [r for r in src if r["source_kind"] == "alt"]
-    image_ids = sorted({r["image_id"] for r in src})
-    requested = 0
-    jobs = [("recap", i) for i in range(cfg.recaptions)] + [("paraphrase", i) for i in range(cfg.paraphrases)]
-    for task, index in jobs:
-        params = json.dumps(gen.params(task), sort_keys=True)
-        items = image_ids if task == "recap" else alts
-        for s in range(0, len(items), batch):
-            chunk = items[s : s + batch]
-            if task == "recap":
-                outs = gen.recaption(chunk, index)
-                ids = chunk
-            else:
-                outs = gen.paraphrase([r["text"] for r in chunk], [r["image_id"] for r in chunk], index)
-                ids = [r["image_id"] for r in chunk]
-            requested += len(chunk)
-            for k, (image_id, text) in enumerate(zip(ids, outs, strict=True)):
-                src_row = s + k
-                if text is None or not str(text).strip():
-                    failures.append({"source_uri": f"{task}:{gen.name}", "source_row": src_row, "field": "text",
-                                     "reason": "empty_output" if text is not None else "failed", "raw": image_id})
-                    continue
-                rows.append({
-                    "image_id": image_id, "text_id": f"{image_id}:{task}:{index}", "source_kind": task,
-                    "text": " ".join(str(text).split()), "source_uri": f"{task}:{gen.name}", "source_row": src_row,
-                    "generator": gen.name, "generator_model": gen.model, "generator_params": params,
-                })
-    pq.write_table(text_table(rows), out / "texts.parquet")
-    pq.write_table(pa.Table.from_pylist(failures, schema=QUARANTINE_SCHEMA), out / "failures.parquet")
-    counts = {"input_texts": len(src), "requested": requested, "generated": len(rows) - len(src),
-              "failed": len(failures), "texts": len(rows)}
-    assert counts["requested"] == counts["generated"] + counts["failed"], counts
-    return counts
-
-
-def make_backend(cfg) -> ChatBackend:
-    """The recipe's LLM backend (`positives.backend`: openai | transformers | vllm)."""
-    if cfg.backend == "openai":
-        from .openai_http import OpenAIChatBackend
-
-        return OpenAIChatBackend(cfg)
-    if cfg.backend == "transformers":
-        from .transformers_backend import TransformersBackend
-
-        return TransformersBackend(cfg)
-    if cfg.backend == "vllm":
-        from .vllm_offline import VllmOfflineBackend
-
-        return VllmOfflineBackend(cfg)
-    raise ValueError(f"positives.backend {cfg.backend!r} is not an LLM backend (the world backend has its own path)")

@@ -360,7 +360,7 @@ def generate_shard_with_own_backend(shard: str, path: Path, cfg, work: Path,
                                     images_for: Callable[[str], ImageSource | None] | None) -> ShardRun:
     """`generate_shard` in a fan-out worker: it builds its own backend (an HTTP client, a
     model, a vLLM runner) from the recipe, since none of those travel between processes."""
-    from . import make_backend
+    from .backends import make_backend
 
     return generate_shard(shard, pq.read_table(path).to_pylist(), cfg, make_backend(cfg), work,
                           _shard_images(shard, cfg, images_for))
