@@ -6,7 +6,7 @@ near-duplicates.
 
 Generates (once, in a child process, so its memory is not counted) a corpus of `--texts`
 texts in the text schema with `--planted` edited copies of eval captions
-(platonic_core/contamination_bench.py), then runs the audit (the code `platonic audit` and
+(benchmarks/contamination_bench.py), then runs the audit (the code `platonic audit` and
 the dedup stage use) and prints, per level: seconds, texts per second, and recall per edit
 kind / precision on the planted copies; and the audit process's peak resident memory.
 """
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from contamination_bench import score_planted, write_benchmark  # benchmarks/, beside this script
 
 from platonic.core.config import AuditConfig
-from platonic.core.contamination_bench import score_planted, write_benchmark
 from platonic.core.data.evalsets import load_caption_file
 from platonic.core.dedup import audit, eval_table
 

@@ -312,14 +312,14 @@ def audit(
 def stand_ins(out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
               n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set")) -> None:
     """Build tiny local models + a PRH-format eval set for `platonic compare configs/compare_tiny.yaml`."""
-    from platonic.core.standins import build_standins
+    from platonic.flows.standins import build_standins
 
     for k, v in build_standins(out, n=n).items():
         typer.echo(f"{k:10s} {v}")
     # tiny generators for the positives backends (serve-chat, transformers, the vLLM stand-in)
     import pyarrow.parquet as pq
 
-    from platonic.core.standins import build_generation_standins
+    from platonic.flows.standins import build_generation_standins
 
     texts = pq.read_table(out / "world" / "alt_texts.parquet", columns=["text"])["text"].to_pylist()
     for k, v in build_generation_standins(out, texts).items():
@@ -574,7 +574,7 @@ def serve_chat(
 ) -> None:
     """POST /v1/chat/completions + GET /v1/models over local transformers models, with
     failure injection: what the openai positives backend talks to, without a GPU."""
-    from platonic.core.positives.serve import Faults, serve
+    from platonic.flows.serve_chat import Faults, serve
 
     for m in model:
         if not Path(m).is_dir():

@@ -4,6 +4,7 @@ policy, the `platonic audit` command, and the world's planted leak."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from platonic.core.config import AuditConfig, ConfigError, DedupConfig, load_config
-from platonic.core.contamination_bench import score_planted, write_benchmark
 from platonic.core.data.evalsets import EvalSetError, load_caption_file, load_eval_spec
 from platonic.core.data.schema import text_table
 from platonic.core.dedup import audit, corpus_files, dedup, eval_table
 from platonic.core.minhash import MinHasher, NearIndex, ragged
+
+# the planted-contamination corpus lives with the benchmark that uses it at scale
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from contamination_bench import score_planted, write_benchmark  # noqa: E402
 
 # ---- MinHash LSH -----------------------------------------------------------------------------
 

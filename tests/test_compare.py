@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, prefect_harness):
-    from platonic.core.standins import build_standins
     from platonic.flows.pipeline import pipeline
+    from platonic.flows.standins import build_standins
 
     tmp = tmp_path_factory.mktemp("compare")
     paths = build_standins(tmp / "si", n=30)

@@ -74,7 +74,7 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
     from platonic.core.positives import make_backend
     from platonic.core.positives.generate import generate_corpus
     from platonic.core.positives.images import input_shards
-    from platonic.core.standins import build_generation_standins
+    from platonic.flows.standins import build_generation_standins
 
     paths = corpus(tmp_path / "src", shards=3, rows=12)
     ic = IngestConfig(source="jsonl", paths=paths, text_columns={"text": "alt"})

@@ -45,7 +45,7 @@ def world_ingest(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, world_ingest):
-    from platonic.core.standins import build_generation_standins
+    from platonic.flows.standins import build_generation_standins
 
     world, _ = world_ingest
     texts = pq.read_table(world / "alt_texts.parquet")["text"].to_pylist()
@@ -55,7 +55,7 @@ def models(tmp_path_factory, world_ingest):
 @pytest.fixture(scope="module")
 def server(models):
     """A real HTTP server on loopback serving both tiny models (faults set per test)."""
-    from platonic.core.positives.serve import Faults, make_server
+    from platonic.flows.serve_chat import Faults, make_server
 
     srv = make_server([models["captioner"], models["lm"]], port=0)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -122,7 +122,7 @@ def test_transformers_backend_in_process_with_provenance(models, world_ingest, t
 def test_openai_backend_records_injected_failures_with_their_reasons(models, world_ingest, server, tmp_path):
     """No retries: every injected 500, timeout and refusal becomes a failure with that
     reason; the counts match the server's own log one for one."""
-    from platonic.core.positives.serve import Faults
+    from platonic.flows.serve_chat import Faults
 
     srv, url = server
     srv.log.clear()
@@ -140,7 +140,7 @@ def test_openai_backend_records_injected_failures_with_their_reasons(models, wor
 
 
 def test_openai_backend_retries_until_it_succeeds(models, world_ingest, server, tmp_path):
-    from platonic.core.positives.serve import Faults
+    from platonic.flows.serve_chat import Faults
 
     srv, url = server
     srv.log.clear()
@@ -156,7 +156,7 @@ def test_openai_backend_retries_until_it_succeeds(models, world_ingest, server, 
 
 
 def test_paraphrase_never_sends_the_image(models, world_ingest, server, tmp_path):
-    from platonic.core.positives.serve import Faults
+    from platonic.flows.serve_chat import Faults
 
     srv, url = server
     srv.log.clear()
@@ -180,7 +180,7 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
     """A real child process generating against the (slowed) server is SIGKILLed after two
     batches landed; the rerun keeps those parts, asks only for the rest, and a third run
     skips the finished shard."""
-    from platonic.core.positives.serve import Faults
+    from platonic.flows.serve_chat import Faults
 
     srv, url = server
     srv.faults = Faults(latency_s=0.15)

@@ -7,8 +7,9 @@
   and chat template, or an encoder-decoder captioner) gets the image of the data URL; an
   encoder-decoder captioner has no prompt input, so it captions the image unconditioned.
 
-`ChatModel` is shared by the in-process backend, the loopback server (`serve.py`) and the
-tests' stand-in for vLLM. `trust_remote_code` is off unless the recipe sets it.
+`ChatModel` is shared by the in-process backend, the loopback server
+(`platonic.flows.serve_chat`) and the tests' stand-in for vLLM. `trust_remote_code` is off
+unless the recipe sets it.
 Sampling is seeded per batch (the first request's seed): the same batches give the same
 texts on a CPU.
 """

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .data.schema import TEXT_SCHEMA
+from platonic.core.data.schema import TEXT_SCHEMA
 
 EXACT_EDITS = ("case", "punctuation")
 NEAR_EDITS = ("insertion", "deletion", "swap")
@@ -135,7 +135,7 @@ def write_benchmark(out: Path, n_texts: int, n_eval: int, n_planted: int, seed: 
 def score_planted(matches: pa.Table, planted: pa.Table, eval_ids: list[str], level: str) -> dict:
     """Recall (per edit kind) of the planted copies among the pairs found at `level` or a
     stricter one, and precision: the share of found pairs that are planted ones."""
-    from .dedup import LEVELS
+    from platonic.core.dedup import LEVELS
 
     keep = LEVELS[: LEVELS.index(level) + 1]
     found = {(t, e) for t, e, lv in zip(matches["text_id"].to_pylist(), matches["eval_text_id"].to_pylist(),

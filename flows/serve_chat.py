@@ -1,7 +1,7 @@
 """A loopback OpenAI-compatible chat server over local transformers models.
 
     platonic serve-chat --model DIR [--model DIR2] --port 8000 [--fail-every N] [--delay-every N]
-    python -m platonic.core.positives.serve --model DIR --port 8000
+    python -m platonic.flows.serve_chat --model DIR --port 8000
 
 POST /v1/chat/completions and GET /v1/models, as `vllm serve` answers them, so the openai
 backend can be run end to end without a GPU: the tests start it on a tiny model built from
@@ -128,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
 def make_server(models: list[str], host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
                 trust_remote_code: bool = False) -> ChatServer:
     """Load the models and bind (port 0: any free port, see `server.server_address`)."""
-    from .transformers_backend import ChatModel
+    from platonic.core.positives.transformers_backend import ChatModel
 
     loaded = {m: ChatModel(m, trust_remote_code=trust_remote_code) for m in models}
     return ChatServer((host, port), loaded, faults or Faults())

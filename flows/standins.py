@@ -40,9 +40,9 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
         PreTrainedTokenizerFast,
     )
 
-    from .config import WorldConfig
-    from .tokenizer import train_tokenizer
-    from .world import generate_world
+    from platonic.core.config import WorldConfig
+    from platonic.core.tokenizer import train_tokenizer
+    from platonic.core.world import generate_world
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -65,7 +65,7 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
     ).to_parquet(str(prh / "train-00000-of-00001.parquet"))
 
     # a Karpathy-layout set: two recaptions per scene, train/test halves (Flickr protocol)
-    from .world import load_scenes, recaption, scene_rng
+    from platonic.core.world import load_scenes, recaption, scene_rng
 
     kp = out / "karpathy-world"
     (kp / "images").mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,7 @@ def build_generation_standins(out: Path, texts: list[str], seed: int = 0) -> dic
         ViTImageProcessor,
     )
 
-    from .tokenizer import CLS_ID, PAD_ID, SEP_ID, train_tokenizer
+    from platonic.core.tokenizer import CLS_ID, PAD_ID, SEP_ID, train_tokenizer
 
     torch.manual_seed(seed)
     tok = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(texts, 200), pad_token="[PAD]", unk_token="[UNK]",
