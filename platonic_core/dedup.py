@@ -224,13 +224,13 @@ def encode(texts: list[str], tok, model, batch_size: int = 256, max_length: int 
     """Mean-pooled, L2-normalised sentence embeddings (as sentence-transformers does)."""
     import torch
 
+    from .models.pooling import masked_mean
+
     out = []
     with torch.inference_mode():
         for s in range(0, len(texts), batch_size):
             enc = tok(texts[s:s + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-            h = model(**enc).last_hidden_state
-            m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
-            e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            e = masked_mean(model(**enc).last_hidden_state, enc["attention_mask"])
             out.append(torch.nn.functional.normalize(e, dim=-1).numpy())
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
 

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .models.pooling import masked_mean
+
 
 def _dtype(name: str) -> torch.dtype | str:
     return {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
@@ -29,9 +31,8 @@ def _dtype(name: str) -> torch.dtype | str:
 def pool_tokens(h: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """(B, T, D), (B, T) -> (B, D): mean over real tokens, or the last real token (either
     padding side)."""
-    m = mask.to(h.dtype)
     if pooling == "mean":
-        return (h * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp_min(1)
+        return masked_mean(h, mask)
     if pooling == "last":
         # position of the last 1 in each mask row
         idx = (mask * torch.arange(1, mask.size(1) + 1, device=mask.device)).argmax(1)

@@ -35,6 +35,20 @@ def test_pooling_mean_and_last_respect_the_mask():
         pool_tokens(h, right, "max")
 
 
+def test_one_masked_mean_for_every_model_kind():
+    """Our text models, HF features and the dedup sentence encoder pool with one function:
+    the mean over real tokens, in h's dtype, zeros for a row without real tokens."""
+    from platonic.core.models.pooling import masked_mean
+    from platonic.core.models.text import masked_mean as text_pooling
+
+    assert text_pooling is masked_mean
+    h = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
+    assert torch.equal(pool_tokens(h, mask, "mean"), masked_mean(h, mask))
+    assert torch.allclose(masked_mean(h, mask)[0], h[0, :3].mean(0)) and not masked_mean(h, mask)[2].any()
+    assert masked_mean(h.bfloat16(), mask).dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("arch", ["bert", "gpt2"])
 def test_tiny_local_text_models_give_every_layer(tmp_path, arch):
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model

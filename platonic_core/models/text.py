@@ -10,13 +10,8 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
+from .pooling import masked_mean
 from .projector import projector
-
-
-def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(B, T, D), (B, T) -> (B, D): mean over real tokens."""
-    m = mask.unsqueeze(-1).to(h.dtype)
-    return (h * m).sum(1) / m.sum(1).clamp_min(1)
 
 
 class TextEncoder(nn.Module):
