@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -25,8 +26,11 @@ from .features import image_layer_features, load_features, save_features, text_l
 from .metrics import alignment
 from .retrieval import retrieval
 
+if TYPE_CHECKING:
+    from .config import CompareConfig, EvalSetConfig, FeatureModelConfig
 
-def materialize_evalset(cfg, out: Path) -> dict[str, int]:
+
+def materialize_evalset(cfg: EvalSetConfig, out: Path) -> dict[str, int]:
     if cfg.kind == "prh":
         ev = load_prh(cfg.source, cfg.revision, split=cfg.split or "train")
     elif cfg.kind == "karpathy":
@@ -72,7 +76,7 @@ def _checkpoint(path: Path):
     return load_checkpoint(path, cfg), cfg
 
 
-def embed_model(cfg, modality: str, evalset_dir: Path, out: Path) -> dict[str, int]:
+def embed_model(cfg: FeatureModelConfig, modality: str, evalset_dir: Path, out: Path) -> dict[str, int]:
     """Per-layer features of one eval set with one model (`modality`: text or vision)."""
     from .hf_features import hf_image_layer_features, hf_text_layer_features
     from .tokenizer import load_tokenizer
@@ -109,7 +113,7 @@ def _caption_rows(evalset_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(t["image_id"]), np.asarray(t["caption_index"])
 
 
-def compare_grid(features: dict[tuple[str, str], Path], cfg, out: Path, evalsets: dict[str, Path]) -> dict:
+def compare_grid(features: dict[tuple[str, str], Path], cfg: CompareConfig, out: Path, evalsets: dict[str, Path]) -> dict:
     """features[(model, eval set)] -> folder with features.npz; mutual kNN of every
     text x vision pair per eval set (first caption of each image), and retrieval through one
     fitted map (Flickr protocol) for the `retrieval` entries, at the best mutual-kNN layer pair."""

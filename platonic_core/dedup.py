@@ -27,6 +27,7 @@ import time
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -35,6 +36,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .data.catalog import sql
+
+if TYPE_CHECKING:
+    from .config import DedupConfig, EmbedMatchConfig, MatchConfig, NearConfig
 
 LEVELS = ("exact", "near", "embed")  # strictest first
 CORPUS_COLUMNS = ("text_id", "image_id", "source_kind", "text")
@@ -162,7 +166,7 @@ def near_units(files: list[Path], batch_rows: int) -> list[tuple[str, int, int]]
     return units
 
 
-def near_unit(file: str, start: int, stop: int, evals: pa.Table, cfg) -> tuple[pa.Table, int]:
+def near_unit(file: str, start: int, stop: int, evals: pa.Table, cfg: NearConfig) -> tuple[pa.Table, int]:
     """Near matches of rows [start, stop) of one corpus file against every eval caption:
     (matches, texts scanned). Units are independent (the eval side is whole in each), and the
     `matches` table is sorted after the levels, so the fanned-out result is the inline one."""
@@ -174,7 +178,7 @@ def near_unit(file: str, start: int, stop: int, evals: pa.Table, cfg) -> tuple[p
         con.close()
 
 
-def near_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict, fanout=None) -> pa.Table:
+def near_matches(con: duckdb.DuckDBPyConnection, cfg: NearConfig, stats: dict, fanout=None) -> pa.Table:
     """MinHash LSH over the corpus, streamed in batches of `cfg.batch_rows` texts.
     `fanout=(mapper, files, evals)`: one `near_unit` per batch-sized row range, run by
     `mapper(fn, calls) -> results in call order` (tasks/fanout.py: Dask workers)."""
@@ -235,7 +239,7 @@ def encode(texts: list[str], tok, model, batch_size: int = 256, max_length: int 
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
 
 
-def embed_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
+def embed_matches(con: duckdb.DuckDBPyConnection, cfg: EmbedMatchConfig, stats: dict) -> pa.Table:
     """Every (eval caption, training text) pair with cosine >= threshold: faiss range search
     over the eval embeddings, the corpus streamed in batches."""
     import faiss
@@ -266,7 +270,7 @@ def embed_matches(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> pa.Table:
 # ---- the audit -----------------------------------------------------------------------------
 
 
-def _run_levels(con: duckdb.DuckDBPyConnection, cfg, enabled: bool = True, near_fanout=None) -> dict:
+def _run_levels(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, enabled: bool = True, near_fanout=None) -> dict:
     """Every audited level into the `matches` table; per-level counts; seconds per level."""
     stats: dict = {}
     found = []
@@ -283,7 +287,7 @@ def _run_levels(con: duckdb.DuckDBPyConnection, cfg, enabled: bool = True, near_
     return stats
 
 
-def _summary(con: duckdb.DuckDBPyConnection, cfg, stats: dict) -> dict:
+def _summary(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, stats: dict) -> dict:
     sets: dict[str, dict] = {}
     for row in con.sql("SELECT * FROM level_counts").to_arrow_table().to_pylist():
         s = sets.setdefault(row["eval_set"], {"eval_captions": row["eval_captions"], "eval_images": row["eval_images"],
@@ -334,7 +338,7 @@ def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str
     return "\n".join(lines) + "\n"
 
 
-def audit(corpus: Iterable[str | Path], evals: pa.Table, cfg, out: Path) -> dict:
+def audit(corpus: Iterable[str | Path], evals: pa.Table, cfg: MatchConfig, out: Path) -> dict:
     """Audit a corpus against eval captions at every level in `cfg.levels`; writes
     `eval.parquet` (the captions audited), `matches.parquet`, `summary.json`, `summary.md`."""
     files = corpus_files(corpus)
@@ -369,7 +373,7 @@ def audit_metrics(summary: dict) -> dict[str, int]:
 # ---- the pipeline stage ------------------------------------------------------------------
 
 
-def dedup(texts: Path, eval_texts: Path, cfg, out: Path, eval_name: str = "eval",
+def dedup(texts: Path, eval_texts: Path, cfg: DedupConfig, out: Path, eval_name: str = "eval",
           stats: dict | None = None, mapper=None) -> dict[str, int]:
     """Audit `texts` against the eval split, remove per the policy, write the cleaned corpus.
 

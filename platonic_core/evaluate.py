@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -19,6 +20,9 @@ from .models import load_checkpoint
 from .report import alignment_plot, alignment_table
 from .retrieval import retrieval, split_halves
 
+if TYPE_CHECKING:
+    from .config import EvaluateConfig, ModelConfig
+
 
 def rotation_fit(text: np.ndarray, image: np.ndarray, seed: int = 0) -> dict[str, float]:
     """The theorem's "one rotation": an orthogonal Procrustes map text -> image fitted on a
@@ -29,7 +33,7 @@ def rotation_fit(text: np.ndarray, image: np.ndarray, seed: int = 0) -> dict[str
     return retrieval(text[fit], image[fit], text[held], image[held], ids[held], ids[held], kind="procrustes")
 
 
-def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str] | None = None,
+def run_evaluate(embeds: dict[str, Path], cfg: EvaluateConfig, out: Path, labels: dict[str, str] | None = None,
                  views: dict[str, str] | None = None) -> dict:
     ids = {m: pq.read_table(d / "ids.parquet")["image_id"].to_pylist() for m, d in embeds.items()}
     ref = ids[cfg.image_model]
@@ -56,7 +60,7 @@ def run_evaluate(embeds: dict[str, Path], cfg, out: Path, labels: dict[str, str]
 
 
 
-def run_curve(model_cfg, train_dir: Path, ingest_dir: Path, image_embed_dir: Path, cfg, out: Path,
+def run_curve(model_cfg: ModelConfig, train_dir: Path, ingest_dir: Path, image_embed_dir: Path, cfg: EvaluateConfig, out: Path,
               batch_size: int = 256) -> dict:
     """Alignment along one run: the model's eval-caption features at every saved snapshot
     (and the final weights) scored against the image features, as in `run_evaluate` but with

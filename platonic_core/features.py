@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,9 @@ import torch
 
 from .models import load_checkpoint
 from .tokenizer import encode, load_tokenizer, special_ids
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
 
 
 @torch.no_grad()
@@ -115,7 +119,7 @@ def checkpoint_text_features(model: torch.nn.Module, checkpoint_dir: Path, texts
     return text_layer_features(model, tok, texts, max_len, batch_size, sp)
 
 
-def run_embed(model_cfg, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256,
+def run_embed(model_cfg: ModelConfig, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256,
               text_output: str = "pooled", layer: int | None = None) -> dict:
     """Embed the eval split with one trained model. Text models read the eval captions of an
     ingest artifact, the image model the eval renders of a world artifact; rows are ordered

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+if TYPE_CHECKING:
+    from .config import ViewsConfig
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(5)
@@ -128,7 +132,7 @@ def pretrained_tokenizer(name: str) -> Tokenizer:
     return tok
 
 
-def build_tokenizer(texts: list[str], cfg) -> Tokenizer:
+def build_tokenizer(texts: list[str], cfg: ViewsConfig) -> Tokenizer:
     """The views' tokenizer from `ViewsConfig`: pretrained by name, else trained here."""
     if cfg.tokenizer_name:
         return pretrained_tokenizer(cfg.tokenizer_name)

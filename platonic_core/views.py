@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .tokenizer import build_tokenizer
 
+if TYPE_CHECKING:
+    from .config import ViewsConfig
 
-def build_views(texts: Path, cfg, out: Path) -> dict[str, int]:
+
+def build_views(texts: Path, cfg: ViewsConfig, out: Path) -> dict[str, int]:
     t = pq.read_table(texts, columns=["image_id", "text_id", "source_kind", "text"]).to_pylist()
     kinds = {r["source_kind"] for r in t}
     for k in {*cfg.good_sources, *cfg.text_sources} - kinds:

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config import stable_hash
+from ..config import IngestConfig, stable_hash
 from .catalog import build_corpus_catalog, sql
 from .ingest import check_texts
 from .readers import (
@@ -429,7 +429,7 @@ def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_
     return moved
 
 
-def ingest_corpus(shards: list[Shard], cfg, out: Path, cache: Path,
+def ingest_corpus(shards: list[Shard], cfg: IngestConfig, out: Path, cache: Path,
                   progress: Callable[[ShardResult], None] | None = None,
                   mapper: Callable[[Callable, list[tuple]], list] | None = None) -> tuple[dict[str, int], list[ShardResult]]:
     """Ingest every shard (cached ones are not redone), lay the partitions out under `out`,

@@ -9,6 +9,7 @@ apply the same rules shard by shard.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,6 +17,9 @@ import pyarrow.parquet as pq
 
 from .catalog import build_catalog, corpus_stats
 from .schema import QUARANTINE_SCHEMA, text_table
+
+if TYPE_CHECKING:
+    from ..config import IngestConfig
 
 # Whitespace as Python's str.split() sees it (Unicode separators, C0 separators, NEL),
 # written for RE2 so the rule runs vectorised over Arrow arrays.
@@ -93,7 +97,7 @@ def check_text(text, max_chars: int) -> str | None:
     return text_reasons(pa.array([data], pa.binary()), max_chars)[0].as_py()
 
 
-def ingest_world(world_dir: Path, cfg, out: Path, source: str = "world") -> dict[str, int]:
+def ingest_world(world_dir: Path, cfg: IngestConfig, out: Path, source: str = "world") -> dict[str, int]:
     """World alt-texts (train) and eval captions -> corpus/eval Parquet, image index.
 
     `source` names the input in provenance columns (e.g. "world:<digest>"): a logical name,

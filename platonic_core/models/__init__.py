@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_model, save_model
@@ -20,10 +21,13 @@ from .image import ImageEncoder
 from .presets import PRESETS, resolve_dims
 from .text import CausalLM, TextEncoder
 
+if TYPE_CHECKING:
+    from ..config import ModelConfig
+
 __all__ = ["PRESETS", "resolve_dims", "build_model", "save_checkpoint", "load_checkpoint", "TextEncoder", "CausalLM", "ImageEncoder"]
 
 
-def build_model(cfg, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32,
+def build_model(cfg: ModelConfig, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32,
                 special_ids: dict[str, int] | None = None) -> torch.nn.Module:
     """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout."""
     layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
@@ -43,7 +47,7 @@ def save_checkpoint(model: torch.nn.Module, build_args: dict, out: Path) -> None
     (out / "model.json").write_text(json.dumps(build_args, sort_keys=True, indent=1))
 
 
-def load_checkpoint(path: Path, cfg) -> torch.nn.Module:
+def load_checkpoint(path: Path, cfg: ModelConfig) -> torch.nn.Module:
     args = json.loads((path / "model.json").read_text())
     model = build_model(cfg, **args)
     load_model(model, str(path / "model.safetensors"))

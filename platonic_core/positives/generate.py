@@ -27,12 +27,15 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data.schema import QUARANTINE_SCHEMA, TEXT_SCHEMA, text_table
+
+if TYPE_CHECKING:
+    from ..config import PositivesConfig
 
 # task (the source_kind of the rows it makes) -> the prompt / model key in the recipe
 TASKS = {"recap": "recaption", "paraphrase": "paraphrase"}
@@ -148,7 +151,7 @@ def clean_output(text: str | None) -> str | None:
     return out or None
 
 
-def provenance(cfg, task: str, backend: str) -> dict:
+def provenance(cfg: PositivesConfig, task: str, backend: str) -> dict:
     """What every row of `task` records about how it was made (GEN_SCHEMA columns)."""
     m = getattr(cfg.models, TASKS[task])
     return {"backend": backend, "model": m.id, "revision": m.revision or "",
@@ -160,7 +163,7 @@ def provenance(cfg, task: str, backend: str) -> dict:
 # ---- requests ------------------------------------------------------------------------------
 
 
-def plan_requests(rows: list[dict], cfg) -> list[Request]:
+def plan_requests(rows: list[dict], cfg: PositivesConfig) -> list[Request]:
     """Every generation a shard asks for, in a fixed order. `rows`: the shard's texts
     (TEXT_SCHEMA); recaptions per image, paraphrases per alt-text. An image with several
     alt-texts gets `paraphrases` per alt-text: index = alt ordinal * paraphrases + i."""
@@ -179,7 +182,7 @@ def plan_requests(rows: list[dict], cfg) -> list[Request]:
     return out
 
 
-def _jobs(reqs: list[Request], cfg, images: ImageSource | None, failed: list[tuple[Request, str]]) -> Iterator[Job]:
+def _jobs(reqs: list[Request], cfg: PositivesConfig, images: ImageSource | None, failed: list[tuple[Request, str]]) -> Iterator[Job]:
     for r in reqs:
         if r.task == "paraphrase":
             msgs = paraphrase_messages(cfg.prompts.paraphrase, r.text or "")
@@ -245,7 +248,7 @@ class ShardRun:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-def generate_shard(shard: str, rows: list[dict], cfg, backend: ChatBackend, work: Path,
+def generate_shard(shard: str, rows: list[dict], cfg: PositivesConfig, backend: ChatBackend, work: Path,
                    images: ImageSource | None = None,
                    on_batch: Callable[[str, int, int], None] | None = None) -> ShardRun:
     """One input shard -> part files under `work/<shard>/`, then its done marker.
@@ -347,7 +350,7 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
 # ---- the whole corpus ------------------------------------------------------------------------
 
 
-def _shard_images(shard: str, cfg, images_for: Callable[[str], ImageSource | None] | None) -> ImageSource | None:
+def _shard_images(shard: str, cfg: PositivesConfig, images_for: Callable[[str], ImageSource | None] | None) -> ImageSource | None:
     images = images_for(shard) if images_for is not None and cfg.recaptions else None
     if cfg.recaptions and images is None:
         raise ValueError(f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
@@ -356,7 +359,7 @@ def _shard_images(shard: str, cfg, images_for: Callable[[str], ImageSource | Non
     return images
 
 
-def generate_shard_with_own_backend(shard: str, path: Path, cfg, work: Path,
+def generate_shard_with_own_backend(shard: str, path: Path, cfg: PositivesConfig, work: Path,
                                     images_for: Callable[[str], ImageSource | None] | None) -> ShardRun:
     """`generate_shard` in a fan-out worker: it builds its own backend (an HTTP client, a
     model, a vLLM runner) from the recipe, since none of those travel between processes."""
@@ -366,7 +369,7 @@ def generate_shard_with_own_backend(shard: str, path: Path, cfg, work: Path,
                           _shard_images(shard, cfg, images_for))
 
 
-def generate_corpus(shards: list[tuple[str, Path]], cfg, backend: ChatBackend | None, work: Path, out: Path,
+def generate_corpus(shards: list[tuple[str, Path]], cfg: PositivesConfig, backend: ChatBackend | None, work: Path, out: Path,
                     images_for: Callable[[str], ImageSource | None] | None = None,
                     progress: Callable[[ShardRun], None] | None = None,
                     on_batch: Callable[[str, int, int], None] | None = None,

@@ -15,10 +15,14 @@ import random
 import time
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import httpx
 
 from .generate import TASKS, Completion, Job
+
+if TYPE_CHECKING:
+    from ..config import PositivesConfig
 
 RETRY_STATUS = {408, 409, 425, 429}  # and every 5xx
 
@@ -44,7 +48,7 @@ def parse_completion(data: dict) -> Completion:
 class OpenAIChatBackend:
     name = "openai"
 
-    def __init__(self, cfg, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, cfg: PositivesConfig, transport: httpx.AsyncBaseTransport | None = None):
         self.cfg = cfg
         self.transport = transport  # tests may inject one; None = real sockets
         key = os.environ.get(cfg.http.api_key_env, "")

@@ -21,8 +21,12 @@ import io
 import time
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from .generate import TASKS, Completion, Job
+
+if TYPE_CHECKING:
+    from ..config import PositivesConfig
 
 
 def split_messages(messages: list[dict]) -> tuple[list[dict], list]:
@@ -159,7 +163,7 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: PositivesConfig):
         self.cfg = cfg
         self._models: dict[str, ChatModel] = {}
 

@@ -18,8 +18,12 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .generate import TASKS, Completion, Job
+
+if TYPE_CHECKING:
+    from ..config import PositivesConfig
 
 RUNNER = Path(__file__).with_name("vllm_runner.py")
 
@@ -27,7 +31,7 @@ RUNNER = Path(__file__).with_name("vllm_runner.py")
 class VllmOfflineBackend:
     name = "vllm"
 
-    def __init__(self, cfg, env: dict[str, str] | None = None, poll_s: float = 0.2):
+    def __init__(self, cfg: PositivesConfig, env: dict[str, str] | None = None, poll_s: float = 0.2):
         self.cfg = cfg
         self.env = env  # the child's environment (None: inherit)
         self.poll_s = poll_s

@@ -4,6 +4,7 @@ sees only the alt-text. Deterministic given (world seed, backend seed, image, in
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..world import (
     STREAM_PARAPHRASE,
@@ -14,12 +15,15 @@ from ..world import (
     scene_rng,
 )
 
+if TYPE_CHECKING:
+    from ..config import WorldConfig
+
 
 class WorldGenerator:
     name = "world"
     model = "world-grammar-v1"
 
-    def __init__(self, world_dir: Path, world_cfg, seed: int = 0):
+    def __init__(self, world_dir: Path, world_cfg: WorldConfig, seed: int = 0):
         self.scenes = load_scenes(world_dir)
         self.cfg = world_cfg
         self.seed = seed

@@ -13,10 +13,14 @@ Three ways a text can observe a scene, mirroring the paper's Table 7:
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .scenes import BACKGROUNDS, COLOURS, SHAPES, SIZES, Scene
+
+if TYPE_CHECKING:
+    from ..config import WorldConfig
 
 SHAPE_WORDS = {
     "circle": ["circle", "disc", "round dot", "ball"],
@@ -103,7 +107,7 @@ def _pick(words: list[str], n: int, rng: np.random.Generator) -> str:
     return words[int(rng.integers(min(n, len(words))))]
 
 
-def _object_phrase(attrs: dict[str, str | None], cfg, rng: np.random.Generator, template: int) -> str:
+def _object_phrase(attrs: dict[str, str | None], cfg: WorldConfig, rng: np.random.Generator, template: int) -> str:
     """Words for one object. `attrs` values are attribute names or None when unknown."""
     syn = cfg.synonyms
     words = {
@@ -118,7 +122,7 @@ def _object_phrase(attrs: dict[str, str | None], cfg, rng: np.random.Generator, 
     return _tidy(phrase.replace("in  ", "").replace(", ,", ","))
 
 
-def recaption(scene: Scene, cfg, rng: np.random.Generator) -> str:
+def recaption(scene: Scene, cfg: WorldConfig, rng: np.random.Generator) -> str:
     """A complete caption of `scene` (a captioner that sees the image)."""
     objs = list(scene.objects)
     if cfg.shuffle_objects:
@@ -138,7 +142,7 @@ def recaption(scene: Scene, cfg, rng: np.random.Generator) -> str:
     return _tidy(sentence.format(objs=_join(phrases), bg=bg))
 
 
-def alt_text(scene: Scene, cfg, rng: np.random.Generator) -> str:
+def alt_text(scene: Scene, cfg: WorldConfig, rng: np.random.Generator) -> str:
     """A web-like alt-text: some objects, some attributes, maybe junk."""
     objs = [o for o in scene.objects if rng.random() < cfg.alt_object_keep]
     if not objs:
@@ -211,7 +215,7 @@ def parse_alt_text(text: str) -> tuple[list[dict[str, str | None]], str | None]:
     return objects, bg
 
 
-def paraphrase(text: str, cfg, rng: np.random.Generator) -> str:
+def paraphrase(text: str, cfg: WorldConfig, rng: np.random.Generator) -> str:
     """Re-word an alt-text. Sees only `text`: what it lacks stays missing."""
     objects, bg = parse_alt_text(text)
     if not objects:

@@ -8,8 +8,12 @@ oracle representation every modality could in principle recover.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..config import WorldConfig
 
 SHAPES = ["circle", "square", "triangle", "cross", "diamond", "ring", "hbar", "vbar"]
 COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "cyan", "white"]
@@ -45,7 +49,7 @@ class WorldLaws:
     shape_size: np.ndarray  # (shapes, sizes)
 
 
-def world_laws(cfg) -> WorldLaws:
+def world_laws(cfg: WorldConfig) -> WorldLaws:
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xC0FFEE]))
     a = cfg.concentration
 
@@ -61,7 +65,7 @@ def world_laws(cfg) -> WorldLaws:
     )
 
 
-def sample_scene(rng: np.random.Generator, cfg, laws: WorldLaws) -> Scene:
+def sample_scene(rng: np.random.Generator, cfg: WorldConfig, laws: WorldLaws) -> Scene:
     """One scene; objects occupy distinct grid cells."""
     n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
     cells = rng.choice(cfg.grid * cfg.grid, size=n, replace=False)
@@ -87,7 +91,7 @@ def scene_from_json(objs: list[list[int]], background: int) -> Scene:
     return Scene(tuple(SceneObject(*map(int, o)) for o in objs), int(background))
 
 
-def attribute_vector(scene: Scene, cfg) -> np.ndarray:
+def attribute_vector(scene: Scene, cfg: WorldConfig) -> np.ndarray:
     """Bag of true attributes: per grid cell a one-hot of shape, colour and size (and
     'occupied'), plus the background. Two scenes are near here iff they look alike."""
     per_cell = 1 + cfg.n_shapes + cfg.n_colours + cfg.n_sizes
