@@ -629,10 +629,10 @@ def main(argv: list[str] | None = None) -> int:
     """Train one model of a recipe. Under torchrun (WORLD_SIZE > 1) every process runs this;
     the process group is gloo on CPU, nccl on GPU; rank 0 writes the outputs. Per-step
     metrics go to a JSONL file (`--metrics`), which the train stage logs to MLflow."""
-    from .config import load_config
+    from .config import ModelConfig, load_config
 
     ap = argparse.ArgumentParser(prog="python -m platonic.core.train", description=main.__doc__)
-    ap.add_argument("--recipe", required=True)
+    ap.add_argument("--recipe", required=True, help="a pipeline recipe (YAML), or a train job (JSON) a stage wrote")
     ap.add_argument("--model", required=True)
     ap.add_argument("--input", required=True, type=Path, help="views artifact (text models) or world (image)")
     ap.add_argument("--out", required=True, type=Path)
@@ -640,11 +640,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path, default=None, help="per-step metrics, JSON lines (rank 0)")
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     a = ap.parse_args(argv)
-    cfg = load_config(a.recipe, a.overrides)
-    if a.model not in cfg.train.models:
-        ap.error(f"model {a.model!r} is not in the recipe (models: {', '.join(cfg.train.models)})")
-    mcfg = cfg.train.models[a.model]
-    torch.set_num_threads(cfg.train.threads)
+    if str(a.recipe).endswith(".json"):  # a train job the stage wrote: seed, threads, one model
+        job = json.loads(Path(a.recipe).read_text())
+        mcfg = ModelConfig.model_validate(job["config"])
+        seed, threads = job["seed"], job["threads"]
+    else:  # a pipeline recipe (a cluster launcher's form)
+        cfg = load_config(a.recipe, a.overrides)
+        if a.model not in cfg.train.models:
+            ap.error(f"model {a.model!r} is not in the recipe (models: {', '.join(cfg.train.models)})")
+        mcfg, seed, threads = cfg.train.models[a.model], cfg.seed, cfg.train.threads
+    torch.set_num_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         device = resolve_device(mcfg)
@@ -662,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.write(json.dumps({"step": step, **metrics}) + "\n")
                 log.flush()
 
-        summary = run_train(mcfg, cfg.seed, a.input, a.out, on_log=on_log, desc=f"train:{a.model}",
+        summary = run_train(mcfg, seed, a.input, a.out, on_log=on_log, desc=f"train:{a.model}",
                             state_dir=a.checkpoints, show_progress=False, log_every=1)
         if rank == 0:
             (a.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -474,7 +474,7 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
-    import platonic.tasks.ingest  # noqa: F401
+    import platonic.tasks.executor  # noqa: F401
     from platonic.flows.cli import app
 
     src = tmp_path / "src"

@@ -99,28 +99,32 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
     assert runs["dask"] == runs["inline"]
 
 
-def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_cache_hit(tmp_path):
+def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_cache_hit(tmp_path, monkeypatch):
     """Two flow runs of one recipe at once: the stage body runs once; the other run waits on
     the cache key's lock and then reads the committed artifact."""
+    import dataclasses
     import threading
 
-    from platonic.core.stages import RUN, StageInstance
-    from platonic.tasks.stage import RunContext, execute
+    from platonic.core.contract import StageInstance
+    from platonic.core.stages import RUN, SPECS
+    from platonic.tasks.executor import RunContext, execute
 
     cfg = load_config("tiny", [f"out_dir={tmp_path}"])
     c = tracking.client(tmp_path)
     exp = tracking.experiment_id(c, "lock-test", tmp_path)
     calls, results = [], []
 
-    def compute(out, run_id):
-        calls.append(run_id)
-        (out / "scenes.txt").write_text("x")
+    def compute(call):
+        calls.append(call.inst.id)
+        (call.out / "scenes.txt").write_text("x")
         threading.Event().wait(1.0)  # long enough for the other producer to arrive
         return {"n": 1}, {}
 
+    monkeypatch.setitem(SPECS, "world", dataclasses.replace(SPECS["world"], compute=compute))
+
     def produce():
         ctx = RunContext(tmp_path, exp, c.create_run(exp).info.run_id, tracking.tracking_uri(tmp_path))
-        results.append(execute(StageInstance("world"), cfg, {}, RUN, ctx, compute))
+        results.append(execute(StageInstance("world"), cfg, {}, RUN, ctx))
 
     threads = [threading.Thread(target=produce) for _ in range(2)]
     for t in threads:
