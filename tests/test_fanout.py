@@ -49,6 +49,8 @@ def test_dask_fanout_of_ingest_shards_matches_the_inline_run(tmp_path, prefect_h
 
 
 def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, tmp_path):
+    from platonic.flows import services
+
     for var in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL"):
         # setenv first so teardown restores the original state: apply() writes os.environ
         # itself, and a bare delenv of an unset variable records nothing (the recipe's
@@ -58,12 +60,12 @@ def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, 
     cfg = load_config("tiny", ["services.mlflow_tracking_uri=http://mlflow.lab:5000",
                                "services.prefect_api_url=http://prefect.lab:4200/api"])
     monkeypatch.setenv("PREFECT_API_URL", "http://elsewhere:4200/api")  # the environment wins
-    applied = cfg.services.apply()
+    applied = services.apply(cfg.services)
     assert applied == {"PREFECT_API_URL": "http://elsewhere:4200/api", "MLFLOW_TRACKING_URI": "http://mlflow.lab:5000"}
     assert tracking.tracking_uri(tmp_path) == "http://mlflow.lab:5000"
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     # no variable, no recipe value: the embedded default, a SQLite store under out_dir
-    assert ServicesConfig().apply() == {"PREFECT_API_URL": "http://elsewhere:4200/api"}
+    assert services.apply(ServicesConfig()) == {"PREFECT_API_URL": "http://elsewhere:4200/api"}
     assert tracking.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
 
 
