@@ -4,8 +4,8 @@
 
 Cells run one after the other (2 CPU cores train one model at a time best); stages shared by
 cells are content-addressed, so each is computed once and logged once per flow run. The
-summary stage reads every cell's artifacts; its table, plots and cells.json (every score
-with the MLflow runs behind it) go to the parent run and to `<out>/runs/<run id>/`.
+summary stage (`ablation`) reads every cell's artifacts; its table, plots and cells.json
+(every score with the MLflow runs behind it) go to the parent run and to `<out>/runs/<run id>/`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ from prefect import flow
 
 from platonic.core.ablation import Cell, grid_metrics
 from platonic.core.config import AblationConfig
-from platonic.core.stages import plan
+from platonic.core.contract import StageInstance
+from platonic.core.stages import ABLATE_SPECS, ABLATION_INPUTS, RUN, instances, plan
 from platonic.tasks import tracking
-from platonic.tasks.ablation import ablation
-
-from .common import parent_run
-from .pipeline import run_stages
-
-OUTPUTS = ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png")
+from platonic.tasks.executor import run_instance, run_instances
+from platonic.tasks.runs import parent_run, publish, run_folder
 
 
 @flow(name="ablate", log_prints=True)
@@ -32,20 +29,21 @@ def ablate(recipe: dict, cells: list[dict]) -> dict:
     grid = [Cell.from_dict(d) for d in cells]
     base = grid[0].cfg
     with parent_run(base.out_dir, abl.experiment, abl.name, {"ablation": recipe, "cells": cells},
-                    {"platonic.flow": "ablate", "platonic.cells": str(len(grid))}) as ctx:
-        stage_ms = []
+                    {tracking.FLOW_TAG: "ablate", "platonic.cells": str(len(grid))}) as ctx:
+        # inputs of the summary: what it reads of each cell, named by cell, so MLflow shows
+        # where each came from
+        inputs = {}
         for i, cell in enumerate(grid):
             print(f"cell {i + 1}/{len(grid)}: {cell.name}")
-            stage_ms.append(run_stages(cell.cfg, plan(cell.cfg), ctx))
-        summary_m = ablation(abl, grid, stage_ms, ctx)
-        out = ctx.out_dir / "runs" / ctx.parent_run_id
-        out.mkdir(parents=True, exist_ok=True)
-        for name in OUTPUTS:
-            if (summary_m.path / name).exists():
-                (out / name).write_bytes((summary_m.path / name).read_bytes())
-                ctx.client.log_artifact(ctx.parent_run_id, str(out / name))
-        summary = json.loads((out / "summary.json").read_text())
+            done = run_instances(cell.cfg, instances(cell.cfg), plan(cell.cfg), ctx)
+            inputs |= {f"{cell.name}/{k}": v for k, v in done.items() if k.startswith(ABLATION_INPUTS)}
+        summary_m = run_instance(StageInstance("ablation", flow="ablate"), abl, inputs, RUN, ctx,
+                                 context={"cells": grid})
+        summary = json.loads((summary_m.path / "summary.json").read_text())
         tracking.log_metrics(ctx.client, ctx.parent_run_id, grid_metrics(summary))
-        return {"run_id": ctx.parent_run_id, "experiment": abl.experiment, "experiment_id": ctx.experiment_id,
-                "tracking_uri": ctx.tracking_uri, "output_dir": str(out), "ablation_run_id": summary_m.producer_run_id,
-                "cells": len(grid), "summary": summary}
+        results = {"run_id": ctx.parent_run_id, "experiment": abl.experiment, "experiment_id": ctx.experiment_id,
+                   "tracking_uri": ctx.tracking_uri, "output_dir": str(run_folder(ctx)),
+                   "ablation_run_id": summary_m.producer_run_id, "cells": len(grid), "summary": summary}
+        publish(ctx, {k: v for k, v in results.items() if k != "summary"},  # the summary: summary.json
+                {n: summary_m.path / n for n in ABLATE_SPECS["ablation"].writes})
+        return results

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 
 import typer
 
 from platonic.core.config import ConfigError, PipelineConfig, load_config
+
+from . import services
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Proving and improving the Platonic Representation Hypothesis with JEPAs.")
@@ -44,8 +45,8 @@ def fail(msg: str, code: int = 2) -> None:
 def _reported_errors():
     """Recipe errors -> exit 2; missing cache or a failed stage -> exit 1; one `error:` line
     each (Prefect has already logged a failed stage's traceback)."""
+    from platonic.core.contract import UpstreamNotCached
     from platonic.core.data.readers import SourceError
-    from platonic.tasks.stage import UpstreamNotCached
 
     try:
         yield
@@ -59,31 +60,16 @@ def _reported_errors():
         fail(f"the run failed: {type(e).__name__}: {e}", 1)
 
 
-def _embedded_defaults() -> None:
-    """Prefect's temporary local server and quiet telemetry, unless the user set otherwise."""
-    for k, v in {
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_CLI_PROMPT": "false",
-        "DO_NOT_TRACK": "1",
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-        "TOKENIZERS_PARALLELISM": "false",
-    }.items():
-        os.environ.setdefault(k, v)
-
-
 def _run(cfg: PipelineConfig, only: str | None, from_stage: str | None, force: list[str], as_json: bool) -> dict:
     from platonic.core.stages import plan
 
     plan(cfg, only, from_stage, force)  # validate stage names before anything starts
-    cfg.services.apply()  # the recipe's endpoints, where the environment names none
-    _embedded_defaults()
+    services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     with redirect:
-        from platonic.flows.pipeline import pipeline
+        from .pipeline import pipeline
 
         results = pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=force or None)
     if as_json:
@@ -161,10 +147,10 @@ def compare(
 
     with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
-        _embedded_defaults()
+        services.embedded_defaults()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from platonic.flows.compare import compare_flow
+            from .compare import compare_flow
 
             results = compare_flow(cfg.model_dump(mode="json"))
     if as_json:
@@ -188,9 +174,9 @@ def ablate(
     with _reported_errors():
         abl, cells = load_ablation(recipe, sets, base_sets, quick)
         Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        _embedded_defaults()
+        services.embedded_defaults()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from platonic.flows.ablate import ablate as ablate_flow
+            from .ablate import ablate as ablate_flow
 
             results = ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])
     if as_json:
@@ -210,11 +196,11 @@ def table(
 ) -> None:
     """Print the Table-7-like grid of an ablation run (mean ± CI over seeds), rebuilt from the
     per-cell scores stored in MLflow, and log it to that run as table.md."""
-    _embedded_defaults()
+    services.embedded_defaults()
     from platonic.core.ablation import grid_table
     from platonic.core.report import ablation_table
     from platonic.tasks import tracking
-    from platonic.tasks.ablation import load_ablation_run
+    from platonic.tasks.runs import load_ablation_run
 
     try:
         run, cells, summary = load_ablation_run(experiment, out_dir, run_id)
@@ -242,9 +228,9 @@ def forecast(
 ) -> None:
     """Fit the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predict one run
     at another budget, with an interval (runs at that budget are left out of the fit)."""
-    _embedded_defaults()
+    services.embedded_defaults()
     from platonic.core.ablation import forecast_from_cells
-    from platonic.tasks.ablation import load_ablation_run
+    from platonic.tasks.runs import load_ablation_run
 
     try:
         run, cells, summary = load_ablation_run(experiment, out_dir, run_id)
@@ -293,12 +279,12 @@ def audit(
             cfg = AuditConfig.model_validate(raw)
         except ValidationError as e:
             raise ConfigError(_format_validation_error(e, "audit")) from None
-        _embedded_defaults()
+        services.embedded_defaults()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from platonic.flows.audit import audit_flow
+            from .standalone import run_audit
 
-            results = audit_flow(cfg.model_dump(mode="json"), force=force)
+            results = run_audit(cfg.model_dump(mode="json"), force=force)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
     else:
@@ -358,12 +344,14 @@ def ingest(
         if fmt not in ("recap", "wds", "coco", "jsonl"):
             raise ConfigError(f"--format must be recap, wds, coco or jsonl, not {fmt!r}")
         cfg = load_config(config, overrides)
-        _embedded_defaults()
-        from platonic.tasks.ingest import IngestFailed, ingest_standalone
+        services.embedded_defaults()
+        from platonic.core.contract import IncompleteArtifact
+
+        from .standalone import run_ingest
 
         try:
-            m, failed = ingest_standalone(cfg, out, force), None
-        except IngestFailed as e:
+            m, failed = run_ingest(cfg, out, force), None
+        except IncompleteArtifact as e:
             m, failed = e.manifest, e
         report = {"out": m.uri, "digest": m.digest, "cache_key": m.cache_key, "run_id": m.producer_run_id,
                   "counts": m.counts, "failed_shards": m.stats.get("failed_shards", []),
@@ -424,26 +412,6 @@ corpus_app = typer.Typer(no_args_is_help=True, help="Inspect an ingested corpus.
 app.add_typer(corpus_app, name="corpus")
 
 
-def latest_ingest(out_dir: str) -> Path:
-    """The most recent ingest output: artifacts in the store, or the folder the last
-    `platonic ingest --out DIR` wrote (noted in the store)."""
-    found = []
-    root = Path(out_dir) / "artifacts" / "ingest"
-    pointer = root / "latest-out.txt"
-    outside = [Path(pointer.read_text().strip()) / "manifest.json"] if pointer.is_file() else []
-    for mf in [*root.glob("*/manifest.json"), *outside]:
-        try:
-            found.append((json.loads(mf.read_text()).get("created_at", 0.0), mf.parent))
-        except (OSError, ValueError):
-            continue
-    if not found and outside and (outside[0].parent / "catalog.duckdb").is_file():  # stage incomplete
-        return outside[0].parent
-    if not found:
-        raise FileNotFoundError(f"no ingest artifact under {Path(out_dir) / 'artifacts' / 'ingest'}; "
-                                "run `platonic ingest` or pass --dir")
-    return max(found)[1]
-
-
 @corpus_app.command("stats")
 def corpus_stats_cmd(
     folder: Path | None = typer.Option(None, "--dir", help="an ingest output folder (default: the latest ingest artifact)"),
@@ -452,6 +420,8 @@ def corpus_stats_cmd(
 ) -> None:
     """Texts per source kind, texts per image, length distributions, quarantine reasons."""
     from platonic.core.data.catalog import corpus_report
+
+    from .standalone import latest_ingest
 
     try:
         folder = folder or latest_ingest(out_dir)
@@ -490,7 +460,7 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
     from rich.console import Console
     from rich.table import Table
 
-    from platonic.core.stages import SPECS, instances
+    from platonic.core.stages import SPECS, instances, upstream
 
     try:
         cfg = load_config(config)
@@ -502,7 +472,7 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
     for name, spec in SPECS.items():
         insts = [i for i in instances(cfg) if i.stage == name]
         ids = ", ".join(i.id for i in insts)
-        inputs = sorted({u for i in insts for u in i.inputs(cfg)})
+        inputs = sorted({u for i in insts for u in upstream(cfg, i).values()})
         t.add_row(ids, str(spec.version), "\n".join(spec.reads), "\n".join(inputs) or "-", "\n".join(spec.writes), spec.doc)
     Console(width=200).print(t)
 
@@ -514,7 +484,7 @@ def lineage(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """The chain from an evaluation run back to the ingested source."""
-    _embedded_defaults()
+    services.embedded_defaults()
     from platonic.tasks.lineage import LineageError, print_lineage, trace
 
     try:

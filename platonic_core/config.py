@@ -387,7 +387,8 @@ class EvaluateConfig(Section):
 
 
 class ServicesConfig(Section):
-    """Where a served stack lives (README "Served stack"). Each is a fallback for the
+    """Where a served stack lives (docs/operations.md; the app exports them in
+    platonic.flows.services). Each is a fallback for the
     standard variable named beside it: the environment wins, so one recipe runs on a laptop
     (embedded defaults: a temporary Prefect server, SQLite MLflow under out_dir) and on the
     lab's servers unchanged."""
@@ -395,16 +396,6 @@ class ServicesConfig(Section):
     prefect_api_url: str | None = None  # PREFECT_API_URL
     mlflow_tracking_uri: str | None = None  # MLFLOW_TRACKING_URI
     s3_endpoint_url: str | None = None  # MLFLOW_S3_ENDPOINT_URL (credentials: AWS_* variables only)
-
-    def apply(self) -> dict[str, str]:
-        """Export the recipe's endpoints where the environment sets none; returns what is in
-        effect (None-free), for logging."""
-        import os
-
-        for var, value in self.variables().items():
-            if value and not os.environ.get(var):
-                os.environ[var] = value
-        return {v: os.environ[v] for v in self.variables() if os.environ.get(v)}
 
     def variables(self) -> dict[str, str | None]:
         return {"PREFECT_API_URL": self.prefect_api_url, "MLFLOW_TRACKING_URI": self.mlflow_tracking_uri,

@@ -1,126 +1,257 @@
-"""The DAG as data: which stages exist, what each reads and writes, and the run plan.
+"""The DAG as data: every stage of every flow, once — what it reads, takes, writes and computes.
 
-A stage *instance* is a stage applied to one thing: `train:good`, `embed:ntp`. Its cache
-key hashes (stage name, stage version, the config fields it reads, its inputs' digests), so
-changing one field re-executes exactly the stages that read it and, through the digests,
-what is downstream of them.
+    world -> ingest -> positives -> dedup -> views -> train:{text models}
+    world -> train:{image model};  train:* -> embed:* -> evaluate
+    train:{model with snapshots} + ingest + embed:{image model} -> curve:{model}
 
-Bump `version` when a stage's semantics change: the cache cannot see code changes.
+A stage *instance* is a stage applied to one thing: `train:good`, `embed:ntp`. `instances`
+lists a recipe's instances in execution order (a topological order); each spec's `inputs`
+names the upstream instances it reads, by role. The executor (`platonic.tasks.executor`)
+walks them; nothing else knows the DAG's shape. The compute functions below adapt a library
+function to `compute(call) -> (counts, stats)` and see only their declared config slice
+(see contract.py). Bump `version` when a stage's semantics change: the cache cannot see code.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import time
+from pathlib import Path
+from typing import Any
 
-from .config import ConfigError, PipelineConfig, get_path, stable_hash, to_plain
+from .artifacts import Manifest
+from .config import AuditConfig, ConfigError, IngestConfig, PipelineConfig
+from .contract import StageCall, StageInstance, StageSpec
 
 ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "evaluate", "curve"]
 
 
-@dataclass(frozen=True)
-class StageSpec:
-    name: str
-    version: int
-    reads: tuple[str, ...]  # config paths; `{model}`, `{set}`, `{modality}`: the instance's
-    inputs: tuple[str, ...]  # upstream stage instances; placeholders as above
-    writes: tuple[str, ...]
-    doc: str
+# ---- pipeline stages: compute ----------------------------------------------------------
 
 
-SPECS: dict[str, StageSpec] = {
-    s.name: s
-    for s in [
-        StageSpec("world", 1, ("world",), (), ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"),
-                  "generate the synthetic world: scenes, image renders, alt-texts, eval captions"),
-        StageSpec("ingest", 2, ("ingest",), ("{ingest_input}",),
-                  ("corpus.parquet", "eval.parquet", "images.parquet", "quarantine.parquet", "catalog.duckdb",
-                   "(corpora: texts/, quarantine/, images/ shard=<id> partitions, shards.parquet)"),
-                  "normalise the source (the world, or a real corpus shard by shard) into Parquet, one row per "
-                  "text, + a DuckDB catalog; bad rows quarantined with a reason"),
-        StageSpec("positives", 1, ("positives",), ("ingest", "{ingest_input}"),
-                  ("texts.parquet", "failures.parquet", "(model backends: generations.parquet)"),
-                  "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)"),
-        StageSpec("dedup", 2, ("dedup",), ("positives", "ingest"),
-                  ("texts.parquet", "removed.parquet", "matches.parquet", "eval.parquet", "summary.json", "summary.md",
-                   "report.json"),
-                  "contamination audit of the training texts against the eval split (exact after normalisation, "
-                  "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy"),
-        StageSpec("views", 1, ("views",), ("dedup",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"),
-                  "good views (texts of one image), texts for bad views / next-token, the shared tokenizer"),
-        StageSpec("train", 1, ("seed", "train.models.{model}"), ("{train_input}",), ("model.safetensors", "model.json", "tokenizer.json"),
-                  "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
-                  "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>"),
-        StageSpec("embed", 1, ("embed",), ("train:{model}", "{eval_input}"), ("features.npz", "ids.parquet"),
-                  "per-layer embeddings of the eval captions (text models) or eval images (image model)"),
-        StageSpec("evaluate", 2, ("evaluate",), ("embed:*",), ("scores.json", "table.md", "alignment.png"),
-                  "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
-                  "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot"),
-        StageSpec("curve", 1, ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.layers"),
-                  ("train:{model}", "{eval_input}", "embed:{image}"), ("curve.json",),
-                  "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)"),
-    ]
-}
+def world(call: StageCall):
+    from .world import generate_world
+
+    return generate_world(call.cfg.world, call.out), {}
 
 
-@dataclass(frozen=True)
-class StageInstance:
-    """One stage applied to one thing, in one flow: `train:good` (pipeline),
-    `features:qwen@wit` (compare), `ablation` (ablate)."""
+def ingest(call: StageCall):
+    from .data.corpus import ingest_corpus
+    from .data.ingest import ingest_stats, ingest_world
+    from .data.readers import resolve_sources
 
-    stage: str
-    model: str | None = None
-    set: str | None = None  # compare: the eval set
-    modality: str | None = None  # compare: text | vision
-    flow: str = "pipeline"
+    ic = call.cfg.ingest
+    if ic.source == "world":
+        w = call.inputs["world"]
+        counts = ingest_world(w.path, ic, call.out, source=f"world:{w.digest[:16]}")
+        return counts, {"corpus_stats": ingest_stats(call.out)}
+    shards = resolve_sources(ic.paths, ic.source, ic.revision, ic.allow_patterns or None)
+    log = call.hooks.logger
 
-    @property
-    def id(self) -> str:
-        if self.set is not None:
-            return f"{self.stage}:{self.model}@{self.set}" if self.model else f"{self.stage}:{self.set}"
-        return f"{self.stage}:{self.model}" if self.model else self.stage
+    def progress(r) -> None:
+        c = r.counts
+        if r.status == "failed":
+            log.error("ingest shard %s FAILED: %s", r.shard.id, r.error)
+        else:
+            log.info("ingest shard %-28s %-8s in %d kept %d quarantined %d (%.1fs)", r.shard.id, r.status,
+                     c.get("in", 0), c.get("kept", 0), c.get("quarantined", 0), r.seconds)
 
-    def spec(self) -> StageSpec:
-        return FLOW_SPECS[self.flow][self.stage]
+    counts, results = ingest_corpus(shards, ic, call.out, call.cache_root / "ingest-shards", progress,
+                                    mapper=call.hooks.mapper)
+    failed = [{"shard": r.shard.id, "uri": r.shard.uri, "error": r.error} for r in results if r.status == "failed"]
+    return counts, {"failed_shards": failed}
 
-    def reads(self) -> list[str]:
-        return [r.format(model=self.model, set=self.set, modality=self.modality) for r in self.spec().reads]
 
-    def inputs(self, cfg: PipelineConfig) -> list[str]:
-        """The upstream instance ids (pipeline stages)."""
-        out = []
-        for i in self.spec().inputs:
-            if i == "{ingest_input}":
-                if cfg.ingest.source == "world":  # a real corpus is read from its files
-                    out.append("world")
-            elif i == "{train_input}":
-                kind = cfg.train.models[self.model].kind
-                out.append("world" if kind == "image_jepa" else "views")
-            elif i == "{eval_input}":
-                kind = cfg.train.models[self.model].kind
-                out.append("world" if kind == "image_jepa" else "ingest")
-            elif i == "embed:*":
-                out.extend(f"embed:{m}" for m in evaluated_models(cfg))
-            else:
-                out.append(i.format(model=self.model, image=cfg.evaluate.image_model))
-        return out
+def corpus_source(ic: IngestConfig) -> dict[str, Manifest]:
+    """A real corpus as the ingest stage's input: its digest covers every shard's id and
+    content digest, so it is what the ingest cache key (and MLflow's `datasets.digest`) sees."""
+    import hashlib
 
-    def config_slice(self, cfg) -> dict:
-        return {r: to_plain(get_path(cfg, r)) for r in self.reads()}
+    from .data.readers import resolve_sources
+
+    if ic.source == "world":
+        return {}
+    shards = resolve_sources(ic.paths, ic.source, ic.revision, ic.allow_patterns or None)
+    h = hashlib.sha256()
+    for s in shards:
+        h.update(f"{s.id}\0{s.digest}\n".encode())
+    return {"source": Manifest.external(f"source:{ic.source}", " ".join(ic.paths), h.hexdigest(),
+                                        {"shards": len(shards)},
+                                        {s.id: {"uri": s.uri, "digest": s.digest} for s in shards[:1000]})}
+
+
+def positives(call: StageCall):
+    from .positives import WorldGenerator, generate_corpus, generate_positives, make_backend
+    from .positives.images import image_source, input_shards
+
+    pc, ingest_dir = call.cfg.positives, call.input("ingest")
+    if pc.backend == "world":
+        gen = WorldGenerator(call.input("world"), call.cfg.world, seed=pc.seed)
+        return generate_positives(ingest_dir / "corpus.parquet", gen, pc, call.out), {}
+    # a model backend: finished batches live in the state folder, keyed by the cache key,
+    # so a killed run (or a forced rerun) resumes instead of regenerating
+    mapper, log = call.hooks.mapper, call.hooks.logger
+    backend = make_backend(pc) if mapper is None else None  # fanned out: each worker builds its own
+
+    def progress(r):
+        log.info("positives shard %-20s %-9s %s (resumed %d rows; %.1fs)", r.shard, r.status, r.counts,
+                 r.resumed_from, r.seconds)
+
+    last = [time.monotonic()]
+
+    def on_batch(shard, answered, to_ask):  # a long shard says how far it got, every 30 s
+        if time.monotonic() - last[0] > 30:
+            last[0] = time.monotonic()
+            log.info("positives shard %s: %d / %d requests answered", shard, answered, to_ask)
+
+    world_dir = call.input("world") if "world" in call.inputs else None
+    counts, stats = generate_corpus(input_shards(ingest_dir), pc, backend, call.state_dir, call.out,
+                                    lambda shard: image_source(ingest_dir, world_dir, shard), progress, on_batch,
+                                    mapper=mapper)
+    if getattr(backend, "info", None):
+        stats["runner"] = backend.info
+    log.info("positives: %d texts generated this run, %.2f texts/s, %.1f tokens/s", stats["generated_this_run"],
+             stats["texts_per_s"], stats["tokens_per_s"])
+    return counts, stats
+
+
+def dedup(call: StageCall):
+    from .dedup import dedup as run_dedup
+
+    stats: dict = {}
+    counts = run_dedup(call.input("positives") / "texts.parquet", call.input("ingest") / "eval.parquet",
+                       call.cfg.dedup, call.out, eval_name="world", stats=stats, mapper=call.hooks.mapper)
+    return counts, stats
+
+
+def views(call: StageCall):
+    from .views import build_views
+
+    return build_views(call.input("dedup") / "texts.parquet", call.cfg.views, call.out), {}
+
+
+def train(call: StageCall):
+    import torch
+
+    from .train import run_train, train_under_torchrun
+
+    model = call.inst.model
+    mcfg = call.cfg.train.models[model]
+    torch.set_num_threads(call.cfg.train.threads)
+
+    def on_log(step, metrics):
+        call.hooks.log_metrics({f"train/{k}": v for k, v in metrics.items()}, step)
+
+    if mcfg.nproc > 1:
+        summary = train_under_torchrun(call.cfg.seed, call.cfg.train.threads, model, mcfg, call.input("data"),
+                                       call.out, call.state_dir, on_log)
+    else:
+        summary = run_train(mcfg, call.cfg.seed, call.input("data"), call.out, on_log=on_log, desc=call.inst.id,
+                            state_dir=call.state_dir)
+    counts = {"steps": summary["steps"], "samples": summary["samples"], "parameters": summary["parameters"]}
+    return counts, {k: v for k, v in summary.items() if k not in counts}
+
+
+def embed(call: StageCall):
+    from .features import run_embed
+
+    e = call.cfg.embed
+    counts = run_embed(call.cfg.train.models[call.inst.model], call.input("model"), call.input("eval"), call.out,
+                       e.batch_size, e.text_output, e.layer)
+    # which embedding the evaluation compares (also in the params: the `embed` section)
+    call.hooks.set_tags({"platonic.text_output": e.text_output, "platonic.embed_layer": str(e.layer)})
+    return counts, {}
+
+
+def evaluate(call: StageCall):
+    from .evaluate import run_evaluate
+
+    ev, models = call.cfg.evaluate, call.cfg.train.models
+    labels = {m: f"{models[m].kind}, {models[m].views} views" for m in ev.text_models}
+    metrics = run_evaluate({role: m.path for role, m in call.inputs.items()}, ev, call.out, labels,
+                           {m: models[m].views for m in ev.text_models})
+    return {"n": metrics.pop("n")}, metrics
+
+
+def curve(call: StageCall):
+    from .evaluate import run_curve
+
+    counts = run_curve(call.cfg.train.models[call.inst.model], call.input("model"), call.input("eval"),
+                       call.input("image"), call.cfg.evaluate, call.out, call.cfg.embed.batch_size)
+    for p in json.loads((call.out / "curve.json").read_text())["points"]:
+        call.hooks.log_metrics({"curve/mutual_knn": p["mutual_knn"]}, p["samples"])
+    return {"points": counts["points"]}, {"final_mutual_knn": counts["final_mutual_knn"]}
+
+
+# ---- pipeline stages: the DAG ----------------------------------------------------------
+
+
+def _data_of(cfg: PipelineConfig, model: str) -> str:
+    """What a model trains on: the world's renders (image model) or the views."""
+    return "world" if cfg.train.models[model].kind == "image_jepa" else "views"
+
+
+def _eval_of(cfg: PipelineConfig, model: str) -> str:
+    """What a model's eval features come from: the world's eval renders or the eval captions."""
+    return "world" if cfg.train.models[model].kind == "image_jepa" else "ingest"
+
+
+SPECS: dict[str, StageSpec] = {s.name: s for s in [
+    StageSpec("world", 1, ("world",),
+              ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"), world,
+              "generate the synthetic world: scenes, image renders, alt-texts, eval captions",
+              inputs=lambda cfg, i: {}),
+    StageSpec("ingest", 2, ("ingest",),
+              ("corpus.parquet", "eval.parquet", "images.parquet", "quarantine.parquet", "catalog.duckdb",
+               "(corpora: texts/, quarantine/, images/ shard=<id> partitions, shards.parquet)"), ingest,
+              "normalise the source (the world, or a real corpus shard by shard) into Parquet, one row per "
+              "text, + a DuckDB catalog; bad rows quarantined with a reason",
+              inputs=lambda cfg, i: {"world": "world"} if cfg.ingest.source == "world" else {},
+              external=lambda cfg, i: corpus_source(cfg.ingest), log_files=("quarantine.parquet", "shards.parquet")),
+    StageSpec("positives", 1, ("positives",),
+              ("texts.parquet", "failures.parquet", "(model backends: generations.parquet)"), positives,
+              "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)",
+              # the world is an input when it is the source: its renders are the images, and the
+              # world backend's captioner is the world's grammar (world.* covered by its digest)
+              inputs=lambda cfg, i: {"ingest": "ingest"} | ({"world": "world"} if cfg.ingest.source == "world" else {}),
+              uses=("world",), log_files=("failures.parquet", "generations.parquet"), state="kept"),
+    StageSpec("dedup", 2, ("dedup",),
+              ("texts.parquet", "removed.parquet", "matches.parquet", "eval.parquet", "summary.json", "summary.md",
+               "report.json"), dedup,
+              "contamination audit of the training texts against the eval split (exact after normalisation, "
+              "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy",
+              inputs=lambda cfg, i: {"positives": "positives", "ingest": "ingest"},
+              log_files=("report.json", "summary.md", "removed.parquet", "matches.parquet")),
+    StageSpec("views", 1, ("views",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"), views,
+              "good views (texts of one image), texts for bad views / next-token, the shared tokenizer",
+              inputs=lambda cfg, i: {"dedup": "dedup"}, log_files=("tokenizer.json",)),
+    StageSpec("train", 1, ("seed", "train.models.{model}"), ("model.safetensors", "model.json", "tokenizer.json"),
+              train,
+              "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
+              "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>",
+              inputs=lambda cfg, i: {"data": _data_of(cfg, i.model)},
+              uses=("train.threads",), log_files=("model.safetensors", "model.json", "tokenizer.json"),
+              state="until_commit"),
+    StageSpec("embed", 1, ("embed",), ("features.npz", "ids.parquet"), embed,
+              "per-layer embeddings of the eval captions (text models) or eval renders (image model)",
+              inputs=lambda cfg, i: {"model": f"train:{i.model}", "eval": _eval_of(cfg, i.model)},
+              uses=("train.models.{model}",), fan_out=True),
+    StageSpec("evaluate", 2, ("evaluate",), ("scores.json", "table.md", "alignment.png"), evaluate,
+              "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
+              "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot",
+              inputs=lambda cfg, i: {m: f"embed:{m}" for m in evaluated_models(cfg)},
+              uses=("train.models",), log_files=("scores.json", "table.md", "alignment.png")),
+    StageSpec("curve", 1, ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.layers"),
+              ("curve.json",), curve,
+              "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)",
+              inputs=lambda cfg, i: {"model": f"train:{i.model}", "eval": "ingest",
+                                     "image": f"embed:{cfg.evaluate.image_model}"},
+              uses=("train.models.{model}", "embed.batch_size"), log_files=("curve.json",)),
+]}
 
 
 def evaluated_models(cfg: PipelineConfig) -> list[str]:
     return [cfg.evaluate.image_model, *cfg.evaluate.text_models]
-
-
-def instances(cfg: PipelineConfig) -> list[StageInstance]:
-    """Every stage instance of the recipe, in execution order."""
-    out = [StageInstance(s) for s in ORDER[:5]]
-    models = evaluated_models(cfg)
-    out += [StageInstance("train", m) for m in models]
-    out += [StageInstance("embed", m) for m in models]
-    out.append(StageInstance("evaluate"))
-    out += [StageInstance("curve", m) for m in curve_models(cfg)]
-    return out
 
 
 def curve_models(cfg: PipelineConfig) -> list[str]:
@@ -128,11 +259,18 @@ def curve_models(cfg: PipelineConfig) -> list[str]:
     return [m for m in cfg.evaluate.text_models if cfg.train.models[m].snapshots > 0]
 
 
-def cache_key(inst, cfg, input_digests: dict[str, str]) -> str:
-    spec = inst.spec()
-    return stable_hash({
-        "stage": inst.id, "version": spec.version, "config": inst.config_slice(cfg), "inputs": input_digests,
-    })
+def instances(cfg: PipelineConfig) -> list[StageInstance]:
+    """Every stage instance of the recipe, in execution order."""
+    models = evaluated_models(cfg)
+    return [*(StageInstance(s) for s in ORDER[:5]), *(StageInstance("train", m) for m in models),
+            *(StageInstance("embed", m) for m in models), StageInstance("evaluate"),
+            *(StageInstance("curve", m) for m in curve_models(cfg))]
+
+
+def upstream(cfg: Any, inst: StageInstance) -> dict[str, str]:
+    """role -> upstream instance id of one instance."""
+    spec = FLOW_SPECS[inst.flow][inst.stage]
+    return spec.inputs(cfg, inst) if spec.inputs is not None else {}
 
 
 # ---- run plan ------------------------------------------------------------------------
@@ -147,10 +285,12 @@ def _matches(selector: str, inst: StageInstance) -> bool:
 def check_selector(selector: str, cfg: PipelineConfig) -> None:
     known = {i.stage for i in instances(cfg)} | {i.id for i in instances(cfg)}
     if selector not in known:
-        raise ConfigError(f"unknown stage {selector!r}; stages: {', '.join(ORDER)} (or e.g. train:{cfg.evaluate.text_models[0]})")
+        raise ConfigError(f"unknown stage {selector!r}; stages: {', '.join(ORDER)} "
+                          f"(or e.g. train:{cfg.evaluate.text_models[0]})")
 
 
-def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None, force: list[str] | None = None) -> dict[str, str]:
+def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
+         force: list[str] | None = None) -> dict[str, str]:
     """Stage instance id -> mode.
 
     - default: every stage runs, cache hits skip the body
@@ -173,7 +313,7 @@ def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
         needed: set[str] = set()
         todo = [i.id for i in insts if _matches(only, i)]
         while todo:
-            for up in by_id[todo.pop()].inputs(cfg):
+            for up in upstream(cfg, by_id[todo.pop()]).values():
                 if up not in needed:
                     needed.add(up)
                     todo.append(up)
@@ -183,50 +323,176 @@ def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
         # the selected instances and everything that (transitively) reads their output
         dirty = {i.id for i in insts if _matches(from_, i)}
         for i in insts:  # execution order is a topological order
-            if i.id in dirty or any(u in dirty for u in i.inputs(cfg)):
+            if i.id in dirty or any(u in dirty for u in upstream(cfg, i).values()):
                 dirty.add(i.id)
                 modes[i.id] = FORCE
     for s in force:
         for i in insts:
             if _matches(s, i) and modes[i.id] != SKIP:
                 modes[i.id] = FORCE
+    unfed = [i for i, m in modes.items() if m != SKIP and i not in ("world", "ingest")
+             and not (i == "positives" and cfg.positives.backend != "world")]
+    if cfg.ingest.source != "world" and unfed:
+        raise ConfigError(
+            f"the stages after ingest ({', '.join(unfed[:3])}, ...) need a positives backend and images for a "
+            f"real corpus ({cfg.ingest.source}), which the 'world' backend cannot provide: run `--only ingest` or "
+            "`platonic ingest` for real corpora (with a model backend, `--only positives` generates their positives)")
     return modes
 
 
 # ---- the comparison flow (`platonic compare`) -------------------------------------------
 
-COMPARE_SPECS: dict[str, StageSpec] = {
-    s.name: s
-    for s in [
-        StageSpec("evalset", 1, ("eval_sets.{set}",), (), ("captions.parquet", "images.parquet"),
-                  "an eval set materialised: every caption (grouped by image) + PNG bytes"),
-        StageSpec("features", 1, ("{modality}_models.{model}",), ("evalset:{set}",), ("features.npz",),
-                  "per-layer features of one eval set with one model"),
-        StageSpec("compare", 1, ("k", "clamp_quantile", "layers", "bootstrap", "retrieval"), ("evalset:*", "features:*"),
-                  ("scores.json", "table.md"), "mutual kNN of every text x vision model pair per eval set; retrieval"),
-    ]
-}
+
+def evalset(call: StageCall):
+    from .compare import materialize_evalset
+
+    return materialize_evalset(call.cfg.eval_sets[call.inst.set], call.out), {}
+
+
+def features(call: StageCall):
+    from .compare import embed_model
+
+    i = call.inst
+    mcfg = (call.cfg.text_models if i.modality == "text" else call.cfg.vision_models)[i.model]
+    return embed_model(mcfg, i.modality, call.input("evalset"), call.out), {}
+
+
+def compare(call: StageCall):
+    from .compare import compare_grid
+
+    keyed = {tuple(role.split(":", 1)[1].split("@")): m.path for role, m in call.inputs.items()
+             if role.startswith("features:")}
+    evalsets = {role.split(":", 1)[1]: m.path for role, m in call.inputs.items() if role.startswith("evalset:")}
+    result = compare_grid(keyed, call.cfg, call.out, evalsets)
+    metrics = {f"mutual_knn/{e}/{t}/{v}": s["mutual_knn"] for e, ts in result["scores"].items()
+               for t, vs in ts.items() for v, s in vs.items()}
+    return {"cells": len(metrics)}, metrics
+
+
+def compare_instances(cfg: Any) -> list[StageInstance]:
+    out = [StageInstance("evalset", set=name, flow="compare") for name in cfg.eval_sets]
+    for name in cfg.eval_sets:
+        for modality, models in (("text", cfg.text_models), ("vision", cfg.vision_models)):
+            out += [StageInstance("features", model=m, set=name, modality=modality, flow="compare") for m in models]
+    return [*out, StageInstance("compare", flow="compare")]
+
+
+COMPARE_SPECS: dict[str, StageSpec] = {s.name: s for s in [
+    StageSpec("evalset", 1, ("eval_sets.{set}",), ("captions.parquet", "images.parquet"), evalset,
+              "an eval set materialised: every caption (grouped by image) + PNG bytes", inputs=lambda cfg, i: {}),
+    StageSpec("features", 1, ("{modality}_models.{model}",), ("features.npz",), features,
+              "per-layer features of one eval set with one model",
+              inputs=lambda cfg, i: {"evalset": f"evalset:{i.set}"}),
+    StageSpec("compare", 1, ("k", "clamp_quantile", "layers", "bootstrap", "retrieval"), ("scores.json", "table.md"),
+              compare, "mutual kNN of every text x vision model pair per eval set; retrieval",
+              uses=("eval_sets", "text_models", "vision_models"),  # names: their features are inputs
+              inputs=lambda cfg, i: {x.id: x.id for x in compare_instances(cfg) if x.stage != "compare"},
+              log_files=("scores.json", "table.md")),
+]}
 
 
 # ---- the ablation grid (`platonic ablate`): its cells are pipeline stage instances ---------
 
+
+def ablation(call: StageCall):
+    """The grid's summary from every cell's evaluate, embed and curve artifacts. Inputs are
+    named `<cell>/<instance>`; the cells (their recipes) come from the flow as context."""
+    from .ablation import CellResult, grid_metrics, summarize
+
+    cells = call.context["cells"]
+    results = []
+    for cell in cells:  # cell names hold slashes ("recap/seed=0"): strip the prefix
+        mine = {k.removeprefix(cell.name + "/"): m for k, m in call.inputs.items() if k.startswith(cell.name + "/")}
+        results.append(CellResult(
+            cell, mine["evaluate"].path,
+            {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("embed:")},
+            {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("curve:")},
+            {k: v.producer_run_id for k, v in mine.items()},
+        ))
+    summary = summarize(call.cfg, results, call.out)
+    counts = {"cells": len(cells), "records": sum(len(cell.cfg.evaluate.text_models) for cell in cells)}
+    return counts, grid_metrics(summary)
+
+
 ABLATE_SPECS: dict[str, StageSpec] = {
-    s.name: s
-    for s in [
-        StageSpec("ablation", 3, ("seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
-                  ("evaluate:*", "curve:*", "embed:*"), ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
-                  "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
-                  "sample efficiency, the scaling-law fit checked on a held-out run"),
-    ]
+    "ablation": StageSpec(
+        "ablation", 4, ("name", "seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
+        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"), ablation,
+        "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
+        "sample efficiency, the scaling-law fit checked on a held-out run",
+        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png")),
 }
+
+# inputs of the summary stage: what it reads of each cell
+ABLATION_INPUTS = ("evaluate", "embed:", "curve:")
+
 
 # ---- the contamination audit (`platonic audit`) -------------------------------------------
 
+
+def audit(call: StageCall):
+    """Audit the corpus against the eval sets at the configured levels."""
+    import re
+
+    from .dedup import audit as run_audit
+    from .dedup import audit_metrics
+
+    files, evals = call.context["files"], call.context["evals"]
+    summary = run_audit(files, evals, call.cfg, call.out)
+    # per eval set and level, in the manifest (a cache hit logs them again); MLflow metric
+    # names allow letters, digits and `_-. /` only
+    counts = {"corpus_texts": summary["corpus_texts"], "eval_captions": evals.num_rows,
+              **{re.sub(r"[^\w\-. /]", "_", k): v for k, v in audit_metrics(summary).items()}}
+    return counts, summary["stats"]
+
+
+def audit_inputs(cfg: AuditConfig) -> tuple[list[Path], Any, dict[str, Manifest]]:
+    """Corpus files and eval captions (through the real loaders), each described by a
+    manifest of its own, so the cache key, MLflow inputs and lineage treat them like any
+    upstream artifact. A bad path or eval spec is a ConfigError: one line for the user."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from .artifacts import file_digest
+    from .data.evalsets import EvalSetError, load_eval_spec
+    from .dedup import corpus_files, eval_table
+
+    try:
+        files = corpus_files(cfg.corpus)
+        named = dict(load_eval_spec(s) for s in cfg.eval)
+    except (EvalSetError, FileNotFoundError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    if len(named) != len(cfg.eval):
+        raise ConfigError(f"eval sets {cfg.eval} name the same set twice")
+    evals = eval_table(named)
+    h = hashlib.sha256()
+    for f in files:
+        h.update(file_digest(f).encode())
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    uri = str(files[0]) + (f" (+{len(files) - 1} more)" if len(files) > 1 else "")
+    eh = hashlib.sha256()
+    for col in evals.columns:
+        for v in col.to_pylist():
+            eh.update(v.encode() + b"\0")
+    return files, evals, {
+        "corpus": Manifest.external("external:corpus", uri, h.hexdigest(), {"files": len(files), "texts": rows}),
+        "eval": Manifest.external("external:eval", ";".join(cfg.eval), eh.hexdigest(),
+                                  {"eval_sets": len(named), "captions": evals.num_rows}),
+    }
+
+
 AUDIT_SPECS: dict[str, StageSpec] = {
-    "audit": StageSpec("audit", 1, ("levels", "near", "embed"), ("corpus", "eval"),
-                       ("eval.parquet", "matches.parquet", "summary.json", "summary.md"),
-                       "contamination audit of any corpus against eval sets: exact, near-duplicate, embedding"),
+    "audit": StageSpec("audit", 1, ("levels", "near", "embed"), ("eval.parquet", "matches.parquet", "summary.json",
+                                                                 "summary.md"), audit,
+                       "contamination audit of any corpus against eval sets: exact, near-duplicate, embedding",
+                       log_files=("summary.md", "summary.json", "matches.parquet")),
 }
 
 
-FLOW_SPECS = {"pipeline": SPECS, "compare": COMPARE_SPECS, "ablate": ABLATE_SPECS, "audit": AUDIT_SPECS}
+FLOW_SPECS: dict[str, dict[str, StageSpec]] = {"pipeline": SPECS, "compare": COMPARE_SPECS, "ablate": ABLATE_SPECS,
+                                               "audit": AUDIT_SPECS}
+
+
+def spec_of(inst: StageInstance) -> StageSpec:
+    return FLOW_SPECS[inst.flow][inst.stage]

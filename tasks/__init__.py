@@ -1,2 +1,4 @@
-"""Prefect tasks, one per stage: each adapts a `platonic_core` stage function to the stage
-contract (cache key, artifact store, MLflow) through `tasks.stage.execute`."""
+"""Prefect and MLflow adapters: ONE executor applies the stage contract (cache key, lock,
+MLflow run, lineage) to any stage of `platonic.core.stages` (executor.py); flow-level runs
+(runs.py), MLflow calls and tag names (tracking.py), fan-out on Dask (fanout.py), lineage
+(lineage.py)."""

@@ -26,12 +26,12 @@ def _node(c, run_id: str) -> dict:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     t = r.data.tags
     return {
-        "stage": t.get("platonic.stage_instance", "?"), "run_id": run_id,
-        "cache_key": t.get("platonic.cache_key"), "digest": t.get("platonic.digest"),
-        "cache_hit": t.get("platonic.cache_hit") == "true", "producer_run_id": t.get("platonic.producer_run_id"),
+        "stage": t.get(tracking.INSTANCE_TAG, "?"), "run_id": run_id,
+        "cache_key": t.get(tracking.CACHE_KEY_TAG), "digest": t.get(tracking.DIGEST_TAG),
+        "cache_hit": t.get(tracking.CACHE_HIT_TAG) == "true", "producer_run_id": t.get(tracking.PRODUCER_TAG),
         "config": dict(sorted(r.data.params.items())),
         "inputs": [{"name": d.dataset.name, "digest": d.dataset.digest} for d in (r.inputs.dataset_inputs if r.inputs else [])],
-        "upstream_runs": json.loads(t.get("platonic.upstream_runs", "{}")),
+        "upstream_runs": json.loads(t.get(tracking.UPSTREAM_RUNS_TAG, "{}")),
     }
 
 
@@ -42,12 +42,12 @@ def trace(run_id: str, out_dir: str) -> dict:
         run = c.get_run(run_id)
     except MlflowException as e:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
-    if "platonic.stage" not in run.data.tags:
+    if tracking.STAGE_TAG not in run.data.tags:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
         # inputs are every cell), else from its evaluate child
         for stage in ("ablation", "evaluate"):
             kids = c.search_runs([run.info.experiment_id], filter_string=(
-                f"tags.`mlflow.parentRunId` = '{run_id}' and tags.`platonic.stage` = '{stage}'"))
+                f"tags.`{tracking.PARENT_TAG}` = '{run_id}' and tags.`{tracking.STAGE_TAG}` = '{stage}'"))
             if kids:
                 run_id = kids[0].info.run_id
                 break

@@ -3,7 +3,8 @@
 Default store: SQLite at `<out_dir>/mlflow.db`, artifacts under `<out_dir>/mlartifacts`.
 `MLFLOW_TRACKING_URI` (and the S3 variables, for a served stack) override it. All calls go
 through an explicit `MlflowClient` with run ids, never the fluent "active run" stack, so
-stage tasks may run on any thread or worker.
+stage tasks may run on any thread or worker. Telemetry is switched off by the app
+(`platonic.flows.services`), not here: importing this module changes no environment.
 """
 
 from __future__ import annotations
@@ -16,13 +17,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("DO_NOT_TRACK", "true")
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
 
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
-
+# tag names, once (MLflow's own, then ours)
 PARENT_TAG = "mlflow.parentRunId"
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+PREFECT_FLOW_RUN_TAG = "prefect.flow_run_id"
+FLOW_TAG = "platonic.flow"  # pipeline | compare | ablate | audit | ingest
+RECIPE_TAG = "platonic.recipe"
+CONFIG_DIGEST_TAG = "platonic.config_digest"
+STAGE_TAG = "platonic.stage"
+INSTANCE_TAG = "platonic.stage_instance"
+STAGE_VERSION_TAG = "platonic.stage_version"
+CACHE_KEY_TAG = "platonic.cache_key"
+CACHE_HIT_TAG = "platonic.cache_hit"
+PRODUCER_TAG = "platonic.producer_run_id"
+DIGEST_TAG = "platonic.digest"
+UPSTREAM_TAG = "platonic.upstream"  # input -> its cache key (JSON)
+UPSTREAM_RUNS_TAG = "platonic.upstream_runs"  # input -> the run that produced it (JSON)
 
 
 def tracking_uri(out_dir: str | Path) -> str:

@@ -64,13 +64,15 @@ def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
     assert 0 <= r["t2i_R@1"] <= r["t2i_R@5"] <= 1 and 0 <= r["i2t_R@1"] <= r["i2t_R@5"] <= 1
 
 
-    def boom(*a, **k):
-        raise AssertionError("features recomputed on a cache hit")
+    import dataclasses
 
-    import platonic.tasks.compare
+    from platonic.core.stages import COMPARE_SPECS
 
-    monkeypatch.setattr(platonic.tasks.compare, "embed_model", boom)
-    monkeypatch.setattr(platonic.tasks.compare, "materialize_evalset", boom)
+    def boom(call):
+        raise AssertionError(f"recomputed on a cache hit: {call.inst.id}")
+
+    for name in ("evalset", "features"):
+        monkeypatch.setitem(COMPARE_SPECS, name, dataclasses.replace(COMPARE_SPECS[name], compute=boom))
     again = compare_flow(cfg.model_dump(mode="json"))
     assert again["scores"] == res["scores"]
 

@@ -474,7 +474,7 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
-    import platonic.tasks.ingest  # noqa: F401
+    import platonic.tasks.executor  # noqa: F401
     from platonic.flows.cli import app
 
     src = tmp_path / "src"
@@ -535,9 +535,11 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
 
 def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_harness):
     """A recipe with `ingest.source: recap` runs the ingest stage in the flow (Prefect task,
-    MLflow nested run, store artifact); `--only ingest` completes, a full run stops after
-    ingest with a message saying why (real corpora need a positives backend and images)."""
-    from platonic.flows.pipeline import StageUnavailable, pipeline
+    MLflow nested run, store artifact); `--only ingest` completes, a full run is refused
+    before anything runs, with a message saying why (real corpora need a positives backend
+    and images)."""
+    from platonic.core.config import ConfigError
+    from platonic.flows.pipeline import pipeline
 
     pq.write_table(recap_table([recap_row(i) for i in range(3)]), tmp_path / "train-00000.parquet")
     tiny = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
@@ -549,7 +551,7 @@ def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_har
     m = json.loads((Path(ing["uri"]) / "manifest.json").read_text())
     assert m["counts"]["kept"] == 9 and m["upstream"] == {"source": m["upstream"]["source"]}
     assert (Path(ing["uri"]) / "texts" / "shard=train-00000" / "data.parquet").is_file()
-    with pytest.raises(StageUnavailable, match="ingest of the recap corpus is done"):
+    with pytest.raises(ConfigError, match=r"need a positives backend and images for a real corpus \(recap\)"):
         pipeline(cfg.model_dump(mode="json"))
 
 

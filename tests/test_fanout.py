@@ -49,6 +49,8 @@ def test_dask_fanout_of_ingest_shards_matches_the_inline_run(tmp_path, prefect_h
 
 
 def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, tmp_path):
+    from platonic.flows import services
+
     for var in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL"):
         # setenv first so teardown restores the original state: apply() writes os.environ
         # itself, and a bare delenv of an unset variable records nothing (the recipe's
@@ -58,12 +60,12 @@ def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, 
     cfg = load_config("tiny", ["services.mlflow_tracking_uri=http://mlflow.lab:5000",
                                "services.prefect_api_url=http://prefect.lab:4200/api"])
     monkeypatch.setenv("PREFECT_API_URL", "http://elsewhere:4200/api")  # the environment wins
-    applied = cfg.services.apply()
+    applied = services.apply(cfg.services)
     assert applied == {"PREFECT_API_URL": "http://elsewhere:4200/api", "MLFLOW_TRACKING_URI": "http://mlflow.lab:5000"}
     assert tracking.tracking_uri(tmp_path) == "http://mlflow.lab:5000"
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     # no variable, no recipe value: the embedded default, a SQLite store under out_dir
-    assert ServicesConfig().apply() == {"PREFECT_API_URL": "http://elsewhere:4200/api"}
+    assert services.apply(ServicesConfig()) == {"PREFECT_API_URL": "http://elsewhere:4200/api"}
     assert tracking.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
 
 
@@ -99,28 +101,32 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
     assert runs["dask"] == runs["inline"]
 
 
-def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_cache_hit(tmp_path):
+def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_cache_hit(tmp_path, monkeypatch):
     """Two flow runs of one recipe at once: the stage body runs once; the other run waits on
     the cache key's lock and then reads the committed artifact."""
+    import dataclasses
     import threading
 
-    from platonic.core.stages import RUN, StageInstance
-    from platonic.tasks.stage import RunContext, execute
+    from platonic.core.contract import StageInstance
+    from platonic.core.stages import RUN, SPECS
+    from platonic.tasks.executor import RunContext, execute
 
     cfg = load_config("tiny", [f"out_dir={tmp_path}"])
     c = tracking.client(tmp_path)
     exp = tracking.experiment_id(c, "lock-test", tmp_path)
     calls, results = [], []
 
-    def compute(out, run_id):
-        calls.append(run_id)
-        (out / "scenes.txt").write_text("x")
+    def compute(call):
+        calls.append(call.inst.id)
+        (call.out / "scenes.txt").write_text("x")
         threading.Event().wait(1.0)  # long enough for the other producer to arrive
         return {"n": 1}, {}
 
+    monkeypatch.setitem(SPECS, "world", dataclasses.replace(SPECS["world"], compute=compute))
+
     def produce():
         ctx = RunContext(tmp_path, exp, c.create_run(exp).info.run_id, tracking.tracking_uri(tmp_path))
-        results.append(execute(StageInstance("world"), cfg, {}, RUN, ctx, compute))
+        results.append(execute(StageInstance("world"), cfg, {}, RUN, ctx))
 
     threads = [threading.Thread(target=produce) for _ in range(2)]
     for t in threads:

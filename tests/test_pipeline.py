@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,9 +12,20 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from platonic.core.config import load_config
+from platonic.core.stages import SPECS
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def forbid(monkeypatch, *stages: str, why: str) -> None:
+    """Make these stages' bodies fail if they run (a cache hit never calls them)."""
+
+    def boom(call):
+        raise AssertionError(f"{why}: {call.inst.id}")
+
+    for name in stages:
+        monkeypatch.setitem(SPECS, name, dataclasses.replace(SPECS[name], compute=boom))
 
 
 def run_flow(out_dir: Path, sets: list[str] = (), **kw) -> dict:
@@ -78,24 +90,7 @@ def test_full_run_writes_results_and_lineage(first_run):
 def test_second_run_executes_no_stage_body(first_run, monkeypatch):
     out, res = first_run
 
-    def boom(*a, **k):
-        raise AssertionError("a stage body ran on a cache hit")
-
-
-    import platonic.tasks.dedup  # noqa: E401
-    import platonic.tasks.embed
-    import platonic.tasks.evaluate
-    import platonic.tasks.ingest
-    import platonic.tasks.positives  # noqa: E401
-    import platonic.tasks.train
-    import platonic.tasks.views
-    import platonic.tasks.world
-
-
-    for mod, name in [(platonic.tasks.world, "generate_world"), (platonic.tasks.ingest, "ingest_world"), (platonic.tasks.positives, "generate_positives"),
-                      (platonic.tasks.dedup, "run_dedup"), (platonic.tasks.views, "build_views"), (platonic.tasks.train, "run_train"),
-                      (platonic.tasks.embed, "run_embed"), (platonic.tasks.evaluate, "run_evaluate")]:
-        monkeypatch.setattr(mod, name, boom)
+    forbid(monkeypatch, *SPECS, why="a stage body ran on a cache hit")
     again = run_flow(out)
     assert again["models"] == res["models"]
     runs = stage_runs(again)
@@ -107,9 +102,7 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
 def test_changing_one_field_reexecutes_exactly_its_readers(first_run, monkeypatch):
     out, res = first_run
 
-    import platonic.tasks.train
-
-    monkeypatch.setattr(platonic.tasks.train, "run_train", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    forbid(monkeypatch, "train", why="trained")
     # evaluate.k is read by evaluate only
     r = run_flow(out, ["evaluate.k=3"])
     executed = {n for n, run in stage_runs(r).items() if run.data.tags["platonic.cache_hit"] == "false"}
@@ -143,7 +136,7 @@ def test_world_seed_changes_world_and_downstream(first_run):
 
 
 def test_only_without_cache_is_a_clear_error(tmp_path, prefect_harness):
-    from platonic.tasks.stage import UpstreamNotCached
+    from platonic.core.contract import UpstreamNotCached
 
     with pytest.raises(UpstreamNotCached, match="run the pipeline without --only"):
         run_flow(tmp_path, only="evaluate")

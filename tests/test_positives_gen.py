@@ -285,12 +285,10 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
     texts/s and tokens/s reach the stage's MLflow run; the provenance table is logged; a
     forced rerun finds every shard finished in the work folder and regenerates nothing."""
     from platonic.core.config import load_config
+    from platonic.core.contract import StageInstance
     from platonic.core.stages import FORCE, RUN
     from platonic.tasks import tracking
-    from platonic.tasks.ingest import ingest
-    from platonic.tasks.positives import positives
-    from platonic.tasks.stage import RunContext
-    from platonic.tasks.world import world
+    from platonic.tasks.executor import RunContext, run_instances
 
     out = tmp_path / "store"
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
@@ -301,15 +299,14 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
     exp = tracking.experiment_id(c, "positives-test", out)
     parent = c.create_run(exp).info.run_id
     ctx = RunContext(out, exp, parent, tracking.tracking_uri(out))
-    w = world.fn(cfg, RUN, ctx)
-    i = ingest.fn(cfg, w, RUN, ctx)
-    m = positives.fn(cfg, i, w, RUN, ctx)
+    first = [StageInstance("world"), StageInstance("ingest"), StageInstance("positives")]
+    m = run_instances(cfg, first, {"world": RUN, "ingest": RUN, "positives": RUN}, ctx)["positives"]
     assert m.counts["requested"] == 32 == m.counts["generated"] + m.counts["failed"]
     metrics = c.get_run(m.producer_run_id).data.metrics
     assert metrics["texts_per_s"] > 0 and metrics["tokens_per_s"] > 0 and metrics["requested"] == 32
     assert {a.path for a in c.list_artifacts(m.producer_run_id, "outputs")} >= {"outputs/generations.parquet",
                                                                                "outputs/failures.parquet"}
-    again = positives.fn(cfg, i, w, FORCE, ctx)
+    again = run_instances(cfg, first, {"world": RUN, "ingest": RUN, "positives": FORCE}, ctx)["positives"]
     assert again.counts["shards_skipped"] == 1 and again.stats["generated_this_run"] == 0
     assert again.digest == m.digest  # the same rows, provenance timestamps included
 

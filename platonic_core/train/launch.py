@@ -1,18 +1,32 @@
-"""`python -m platonic.core.train`: the entry point torchrun launches, and the command line
-that launches it."""
+"""`python -m platonic.core.train`: the entry point torchrun launches, the command line that
+launches it, and the train stage's way of running it (`train_under_torchrun`).
+
+The stage writes a train job (seed, threads, the model's config: exactly the fields the
+stage declares) and runs `python -m platonic.core.train --recipe JOB.json` under
+`torch.distributed.run`; rank 0 appends per-step metrics to a JSONL file, which
+`relay_metrics` reads from a byte offset while the processes run and hands to `on_log`.
+A cluster launcher runs the same entry point with a pipeline recipe (YAML) instead.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from .loop import rank_world, resolve_device, run_train
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 
 def torchrun_command(recipe: Path, model: str, input_dir: Path, out: Path, nproc: int,
@@ -31,14 +45,57 @@ def torchrun_command(recipe: Path, model: str, input_dir: Path, out: Path, nproc
     return cmd
 
 
+def relay_metrics(path: Path, offset: int, on_log: Callable[[int, dict], None]) -> int:
+    """Hand over the complete metrics lines after byte `offset` (the trainer appends while
+    we read); returns the offset after the last complete line."""
+    if not path.exists():
+        return offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    end = chunk.rfind(b"\n") + 1
+    for line in chunk[:end].decode().splitlines():
+        m = json.loads(line)
+        step = m.pop("step")
+        on_log(step, m)
+    return offset + end
+
+
+def train_under_torchrun(seed: int, threads: int, model: str, mcfg: ModelConfig, input_dir: Path, out: Path,
+                         state: Path, on_log: Callable[[int, dict], None]) -> dict:
+    """Train under `torchrun --nproc-per-node mcfg.nproc` (the entry point a cluster runs);
+    returns the trainer's summary. Resumes from the checkpoints in `state`."""
+    state.mkdir(parents=True, exist_ok=True)
+    job = state / "job.json"
+    job.write_text(json.dumps({"seed": seed, "threads": threads, "model": model,
+                               "config": mcfg.model_dump(mode="json")}, indent=1))
+    metrics = state / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)  # a resumed run re-logs from its checkpoint's step on
+    cmd = torchrun_command(job, model, input_dir, out, mcfg.nproc, checkpoints=state, metrics=metrics)
+    log_file = state / "torchrun.log"
+    with open(log_file, "w") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        done = 0
+        while p.poll() is None:
+            time.sleep(2)
+            done = relay_metrics(metrics, done, on_log)
+    relay_metrics(metrics, done, on_log)
+    if p.returncode != 0:
+        tail = log_file.read_text()[-3000:]
+        raise RuntimeError(f"torchrun train:{model} exited with {p.returncode} (log: {log_file}):\n{tail}")
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").unlink()  # timings: not part of the content-addressed artifact
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train one model of a recipe. Under torchrun (WORLD_SIZE > 1) every process runs this;
     the process group is gloo on CPU, nccl on GPU; rank 0 writes the outputs. Per-step
     metrics go to a JSONL file (`--metrics`), which the train stage logs to MLflow."""
-    from ..config import load_config
+    from ..config import ModelConfig, load_config
 
     ap = argparse.ArgumentParser(prog="python -m platonic.core.train", description=main.__doc__)
-    ap.add_argument("--recipe", required=True)
+    ap.add_argument("--recipe", required=True, help="a pipeline recipe (YAML), or a train job (JSON) a stage wrote")
     ap.add_argument("--model", required=True)
     ap.add_argument("--input", required=True, type=Path, help="views artifact (text models) or world (image)")
     ap.add_argument("--out", required=True, type=Path)
@@ -46,11 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path, default=None, help="per-step metrics, JSON lines (rank 0)")
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     a = ap.parse_args(argv)
-    cfg = load_config(a.recipe, a.overrides)
-    if a.model not in cfg.train.models:
-        ap.error(f"model {a.model!r} is not in the recipe (models: {', '.join(cfg.train.models)})")
-    mcfg = cfg.train.models[a.model]
-    torch.set_num_threads(cfg.train.threads)
+    if str(a.recipe).endswith(".json"):  # a train job the stage wrote: seed, threads, one model
+        job = json.loads(Path(a.recipe).read_text())
+        mcfg = ModelConfig.model_validate(job["config"])
+        seed, threads = job["seed"], job["threads"]
+    else:  # a pipeline recipe (a cluster launcher's form)
+        cfg = load_config(a.recipe, a.overrides)
+        if a.model not in cfg.train.models:
+            ap.error(f"model {a.model!r} is not in the recipe (models: {', '.join(cfg.train.models)})")
+        mcfg, seed, threads = cfg.train.models[a.model], cfg.seed, cfg.train.threads
+    torch.set_num_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         device = resolve_device(mcfg)
@@ -68,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.write(json.dumps({"step": step, **metrics}) + "\n")
                 log.flush()
 
-        summary = run_train(mcfg, cfg.seed, a.input, a.out, on_log=on_log, desc=f"train:{a.model}",
+        summary = run_train(mcfg, seed, a.input, a.out, on_log=on_log, desc=f"train:{a.model}",
                             state_dir=a.checkpoints, show_progress=False, log_every=1)
         if rank == 0:
             (a.out / "summary.json").write_text(json.dumps(summary, indent=1))

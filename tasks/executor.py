@@ -1,0 +1,264 @@
+"""The stage contract, applied once, to any stage of any flow.
+
+`execute` runs (or reuses) one stage instance: it computes the cache key (instance, version,
+the config fields the stage reads, its inputs' digests), takes the key's file lock, and
+- on a cache hit: runs no stage body, and logs a nested MLflow run tagged
+  `platonic.cache_hit=true` that points at the producing run (`platonic.producer_run_id`);
+- otherwise: runs the spec's `compute` in a staging folder with only its declared config
+  slice, commits the artifact atomically, writes the manifest, and logs params, inputs
+  (digests), counts, stats and files to MLflow.
+
+`run_instances` walks a recipe's instances in order, resolving each one's inputs from the
+spec (`platonic.core.stages`), and runs each as a Prefect task run when inside a flow.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+
+from platonic.core.artifacts import ArtifactStore, Manifest
+from platonic.core.contract import (
+    IncompleteArtifact,
+    StageCall,
+    StageHooks,
+    StageInstance,
+    StageSpec,
+    UpstreamNotCached,
+    cache_key,
+    config_slice,
+    config_view,
+)
+from platonic.core.stages import CACHED_ONLY, FORCE, SKIP, spec_of, upstream
+
+from . import tracking
+from .fanout import mapper_for
+
+
+def stage_logger() -> logging.Logger | logging.LoggerAdapter:
+    """Prefect's run logger inside a flow (console + UI), a plain logger outside."""
+    try:
+        from prefect.logging import get_run_logger
+
+        return get_run_logger()
+    except Exception:
+        return logging.getLogger("platonic")
+
+
+@dataclass
+class RunContext:
+    """What every stage execution needs to know about the flow run it belongs to."""
+
+    out_dir: Path
+    experiment_id: str
+    parent_run_id: str
+    tracking_uri: str
+    # instances already resolved in this flow run, by cache key: a grid whose cells share a
+    # stage (the ablation's world, views, image model) logs it once, not once per cell
+    resolved: dict[tuple[str, str], Manifest] = field(default_factory=dict)
+
+    @property
+    def store(self) -> ArtifactStore:
+        return ArtifactStore(self.out_dir / "artifacts")
+
+    @property
+    def client(self) -> MlflowClient:
+        return MlflowClient(tracking_uri=self.tracking_uri)
+
+
+def state_dir(spec: StageSpec, inst: StageInstance, ctx: RunContext, key: str) -> Path | None:
+    """Resumable work of one cache key: training checkpoints under OUT_DIR/checkpoints/,
+    generated positives beside the store."""
+    if spec.state == "until_commit":
+        return (ctx.out_dir / "checkpoints" / inst.id.replace(":", "-") / key).resolve()
+    if spec.state == "kept":
+        return ctx.store.root / f"{inst.stage}-work" / key
+    return None
+
+
+def execute(inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], mode: str, ctx: RunContext,
+            roles: dict[str, str] | None = None, context: dict[str, Any] | None = None,
+            folder: Path | None = None) -> Manifest:
+    """Run (or reuse) one stage instance and return its manifest.
+
+    `inputs` are named as the cache key and MLflow see them (upstream instance ids, or an
+    external input's name); `roles` maps the names the compute uses to those (default: the
+    same). `context`: objects the flow hands to compute (not config: the ablation's cells).
+    `folder`: the artifact lives there instead of the store, and compute works in it in
+    place (a resumable stage keeps what an earlier run finished). An artifact whose counts
+    report failed shards is incomplete: never a cache hit, so a rerun retries them."""
+    spec = spec_of(inst)
+    key = cache_key(spec, inst, cfg, {n: m.digest for n, m in inputs.items()})
+    if mode != FORCE and (key, inst.id) in ctx.resolved:
+        return ctx.resolved[(key, inst.id)]
+    roles = roles or {n: n for n in inputs}
+    with _exclusive(ctx.store, inst, key):
+        manifest = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
+    ctx.resolved[(key, inst.id)] = manifest
+    state = state_dir(spec, inst, ctx, key)
+    if spec.state == "until_commit" and state is not None:
+        _remove_state(state)
+    return manifest
+
+
+def _remove_state(state: Path) -> None:
+    """Committed: the resumable state and the folders it leaves empty go."""
+    shutil.rmtree(state, ignore_errors=True)
+    for d in (state.parent, state.parent.parent):
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+@contextmanager
+def _exclusive(store: ArtifactStore, inst: StageInstance, key: str) -> Iterator[None]:
+    """One producer per (stage instance, cache key) at a time, across processes on this
+    filesystem: a second flow run of the same recipe waits, then finds a cache hit, instead
+    of computing the artifact again and replacing it under the first run's feet. The lock
+    is released by the OS if its holder dies."""
+    locks = store.root / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{inst.id.replace(':', '-')}-{key}.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            stage_logger().info("%-14s waiting    %s (another run is producing it)", inst.id, key)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _execute_locked(spec: StageSpec, inst: StageInstance, cfg: Any, inputs: dict[str, Manifest],
+                    roles: dict[str, str], context: dict[str, Any], mode: str, ctx: RunContext, key: str,
+                    folder: Path | None) -> Manifest:
+    store, c, log = ctx.store, ctx.client, stage_logger()
+    hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
+    if hit is not None and hit.counts.get("shards_failed"):
+        hit = None
+    if hit is None and mode == CACHED_ONLY:
+        raise UpstreamNotCached(
+            f"stage {inst.id} has no cached artifact for this config (cache key {key}); "
+            "run the pipeline without --only first"
+        )
+    upstream_keys = {n: m.cache_key for n, m in inputs.items()}
+    upstream_runs = {n: m.producer_run_id for n, m in inputs.items()}
+    run_id = c.create_run(ctx.experiment_id, run_name=inst.id, tags={
+        tracking.PARENT_TAG: ctx.parent_run_id, tracking.STAGE_TAG: inst.stage, tracking.INSTANCE_TAG: inst.id,
+        tracking.STAGE_VERSION_TAG: str(spec.version), tracking.CACHE_KEY_TAG: key,
+        tracking.UPSTREAM_TAG: json.dumps(upstream_keys), tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
+    }).info.run_id
+    try:
+        the_slice = config_slice(spec, inst, cfg)
+        tracking.log_params(c, run_id, tracking.flatten(the_slice))
+        for n, m in inputs.items():
+            tracking.log_input(c, run_id, n, m.digest, m.uri, m.schema, m.counts)
+        if hit is not None and mode != FORCE:
+            log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
+            tracking.set_tags(c, run_id, {tracking.CACHE_HIT_TAG: "true", tracking.PRODUCER_TAG: hit.producer_run_id,
+                                          tracking.DIGEST_TAG: hit.digest})
+            tracking.log_metrics(c, run_id, hit.counts)
+            tracking.log_text(c, run_id, hit.to_json(), "manifest.json")
+            c.set_terminated(run_id, "FINISHED")
+            return hit
+        log.info("%-14s running    %s%s", inst.id, key, " (forced)" if hit is not None else "")
+        t0 = time.perf_counter()
+        tmp = store.staging(inst.id, key) if folder is None else store.in_place(folder)
+        hooks = StageHooks(
+            log_metrics=lambda metrics, step: tracking.log_metrics(c, run_id, metrics, step=step),
+            set_tags=lambda tags: tracking.set_tags(c, run_id, tags), logger=log,
+            mapper=mapper_for(cfg.fanout) if hasattr(cfg, "fanout") else None)
+        call = StageCall(inst, config_view(spec, inst, cfg), {r: inputs[n] for r, n in roles.items()}, tmp, hooks,
+                         state_dir=state_dir(spec, inst, ctx, key), cache_root=store.root, context=context)
+        counts, stats = spec.compute(call)
+        stats = {**stats, "seconds": round(time.perf_counter() - t0, 3)}
+        manifest = store.commit(tmp, Manifest(
+            stage=inst.id, stage_version=spec.version, cache_key=key, uri="", digest="", counts=counts,
+            schema={}, config=the_slice, upstream=upstream_keys,
+            upstream_digests={n: m.digest for n, m in inputs.items()},
+            upstream_runs=upstream_runs, stats=stats, producer_run_id=run_id,
+        ), dest=folder)
+        tracking.set_tags(c, run_id, {tracking.CACHE_HIT_TAG: "false", tracking.PRODUCER_TAG: run_id,
+                                      tracking.DIGEST_TAG: manifest.digest})
+        tracking.log_metrics(c, run_id, {**counts, **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})
+        tracking.log_text(c, run_id, manifest.to_json(), "manifest.json")
+        for name in spec.log_files:
+            p = manifest.path / name
+            if p.exists():
+                c.log_artifact(run_id, str(p), "outputs")
+        c.set_terminated(run_id, "FINISHED")
+        log.info("%-14s done       %s in %.1fs %s", inst.id, manifest.digest[:12], stats["seconds"], counts)
+        return manifest
+    except BaseException:
+        c.set_terminated(run_id, "FAILED")
+        raise
+
+
+# one Prefect task for every stage; each call is named after its instance (`train:good`)
+stage_task = task(execute, name="stage", cache_policy=NO_CACHE)
+
+
+def _runner(inst: StageInstance):
+    """A Prefect task run inside a flow; a plain call outside one (a command that opens its
+    own MLflow run without a Prefect server: `platonic ingest`, `platonic audit`)."""
+    if FlowRunContext.get() is None:
+        return execute
+    return stage_task.with_options(name=inst.stage, task_run_name=inst.id)
+
+
+def run_instance(inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], mode: str, ctx: RunContext,
+                 **kw: Any) -> Manifest:
+    """One instance, as a task run when inside a flow."""
+    m = _runner(inst)(inst, cfg, inputs, mode, ctx, **kw)
+    if m.counts.get("shards_failed"):
+        raise IncompleteArtifact(m)
+    return m
+
+
+def run_instances(cfg: Any, insts: list[StageInstance], modes: dict[str, str], ctx: RunContext) -> dict[str, Manifest]:
+    """Every instance not skipped, in order (a topological order), each on its upstream
+    manifests. Instances of a `fan_out` stage go to the recipe's fan-out engine together
+    (one Dask task run each) when it has one."""
+    done: dict[str, Manifest] = {}
+    mapper = mapper_for(cfg.fanout) if hasattr(cfg, "fanout") else None
+
+    def call_args(inst: StageInstance) -> tuple:
+        spec = spec_of(inst)
+        roles = upstream(cfg, inst)
+        inputs = {up: done[up] for up in roles.values()}
+        externals = spec.external(cfg, inst) if spec.external is not None else {}
+        return (inst, cfg, {**inputs, **externals}, modes[inst.id], ctx,
+                {**roles, **{n: n for n in externals}})
+
+    todo = [i for i in insts if modes[i.id] != SKIP]
+    while todo:
+        inst = todo.pop(0)
+        spec = spec_of(inst)
+        batch = [inst]
+        if spec.fan_out and mapper is not None:
+            batch += [i for i in todo if i.stage == inst.stage]
+            todo = [i for i in todo if i.stage != inst.stage]
+        if len(batch) > 1:
+            calls = [call_args(i) for i in batch]
+            results = mapper(execute, calls)
+        else:
+            inst_, cfg_, inputs, mode, ctx_, roles = call_args(inst)
+            results = [run_instance(inst_, cfg_, inputs, mode, ctx_, roles=roles)]
+        for i, m in zip(batch, results, strict=True):
+            done[i.id] = m
+    return done

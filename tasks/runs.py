@@ -1,0 +1,89 @@
+"""Flow-level MLflow runs, once: open a parent run, publish a flow's outputs to it, read an
+ablation back. Stage runs are the executor's (executor.py)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platonic.core.config import stable_hash
+
+from . import tracking
+from .executor import RunContext
+
+
+@contextmanager
+def parent_run(out_dir: str | Path, experiment: str, name: str, config: dict, tags: dict[str, str],
+               params: dict[str, Any] | None = None) -> Iterator[RunContext]:
+    """Open the parent run of one flow run or command (tags: Prefect flow-run id when in a
+    flow, git commit, config digest; the config as `config.yaml`; `params` flattened), yield
+    the context stage executions log under, and close the run FINISHED, or FAILED if the
+    body raised."""
+    from prefect import runtime
+
+    out = Path(out_dir).resolve()
+    c = tracking.client(out)
+    exp = tracking.experiment_id(c, experiment, out)
+    tags = {tracking.RECIPE_TAG: name, tracking.CONFIG_DIGEST_TAG: stable_hash(config),
+            tracking.PREFECT_FLOW_RUN_TAG: str(runtime.flow_run.id or ""), **tags}
+    if commit := tracking.git_commit():
+        tags[tracking.GIT_COMMIT_TAG] = commit
+    run_id = c.create_run(exp, run_name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags=tags).info.run_id
+    try:
+        tracking.log_text(c, run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
+        if params:
+            tracking.log_params(c, run_id, tracking.flatten(params))
+        yield RunContext(out, exp, run_id, tracking.tracking_uri(out))
+        c.set_terminated(run_id, "FINISHED")
+    except BaseException:
+        c.set_terminated(run_id, "FAILED")
+        raise
+
+
+def publish(ctx: RunContext, results: dict[str, Any], files: dict[str, Path]) -> Path:
+    """A flow's outputs: `files` (name -> source) copied into OUT_DIR/runs/<parent run>/
+    beside results.json, and each logged to the parent run. Returns that folder."""
+    out = ctx.out_dir / "runs" / ctx.parent_run_id
+    out.mkdir(parents=True, exist_ok=True)
+    for name, src in files.items():
+        if Path(src).exists():
+            (out / name).write_bytes(Path(src).read_bytes())
+            ctx.client.log_artifact(ctx.parent_run_id, str(out / name))
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    ctx.client.log_artifact(ctx.parent_run_id, str(out / "results.json"))
+    return out
+
+
+def run_folder(ctx: RunContext) -> Path:
+    """Where a flow run's outputs go (publish writes them): OUT_DIR/runs/<parent run id>/."""
+    return ctx.out_dir / "runs" / ctx.parent_run_id
+
+
+def load_ablation_run(experiment: str, out_dir: str, run_id: str | None = None) -> tuple[str, dict, dict]:
+    """(run id, cells.json, summary.json) of an ablation parent run: the latest finished one
+    in `experiment` (or `run_id`), read back from MLflow."""
+    c = tracking.client(out_dir)
+    if run_id is None:
+        exp = c.get_experiment_by_name(experiment)
+        if exp is None:
+            raise LookupError(f"no MLflow experiment {experiment!r} at {tracking.tracking_uri(out_dir)}")
+        runs = c.search_runs([exp.experiment_id],
+                             f"tags.`{tracking.FLOW_TAG}` = 'ablate' and attributes.status = 'FINISHED'",
+                             order_by=["attributes.start_time DESC"], max_results=1)
+        if not runs:
+            raise LookupError(f"experiment {experiment!r} has no finished ablation run (run `platonic ablate` first)")
+        run_id = runs[0].info.run_id
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            cells = json.loads(open(c.download_artifacts(run_id, "cells.json", d)).read())
+            summary = json.loads(open(c.download_artifacts(run_id, "summary.json", d)).read())
+        except Exception as e:
+            raise LookupError(f"run {run_id} has no ablation outputs (cells.json, summary.json): {e}") from None
+    return run_id, cells, summary
