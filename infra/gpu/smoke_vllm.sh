@@ -32,7 +32,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$VENV/bin/pip" install -q "${VLLM_SPEC:-vllm}"
 fi
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
-"$PY" -c "import platonic.core" 2>/dev/null || { echo "platonic is not installed in $PY (see README: Install)"; exit 2; }
+"$PY" -c "import platonic.core" 2>/dev/null || { echo "platonic is not installed in $PY (see README: Set up)"; exit 2; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/platonic-vllm-smoke.XXXX")
 echo "== work folder $WORK"
