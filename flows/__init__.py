@@ -1,1 +1,4 @@
-"""Prefect flows: wiring only. The stage logic lives in `tasks/` and `platonic_core/`."""
+"""The app: the `platonic` CLI (cli.py), the Prefect flows (pipeline, compare, ablate), the
+standalone commands (standalone.py), service set-up (services.py) and developer tools
+(standins.py, serve_chat.py). The DAG and every computation live in `platonic.core`; the
+stage contract is applied by `platonic.tasks.executor`."""
