@@ -12,16 +12,18 @@ from platonic.core.config import (
     load_config,
     stable_hash,
 )
+from platonic.core.contract import ConfigView, StageInstance, UndeclaredRead, cache_key, config_view
 from platonic.core.stages import (
     CACHED_ONLY,
     FORCE,
     ORDER,
     RUN,
     SKIP,
-    StageInstance,
-    cache_key,
+    SPECS,
     instances,
     plan,
+    spec_of,
+    upstream,
 )
 
 MODELS = ["image", "good", "ntp", "bad"]  # evaluate.image_model first, then text_models
@@ -228,7 +230,8 @@ def test_force_and_selector_errors(demo):
 def _key(cfg: PipelineConfig, inst_id: str, digests: dict[str, str] | None = None) -> str:
     stage, _, model = inst_id.partition(":")
     inst = StageInstance(stage, model or None)
-    return cache_key(inst, cfg, digests if digests is not None else {i: "d" for i in inst.inputs(cfg)})
+    inputs = digests if digests is not None else {up: "d" for up in upstream(cfg, inst).values()}
+    return cache_key(spec_of(inst), inst, cfg, inputs)
 
 
 def test_cache_key_tracks_exactly_the_fields_a_stage_reads(demo):
@@ -260,10 +263,29 @@ def test_cache_key_depends_on_inputs_and_instance(demo):
     assert same.train.models["bad"] == same.train.models["good"]
     assert _key(same, "train:bad") != _key(same, "train:good")
     # stage inputs resolve per model kind
-    assert StageInstance("train", "image").inputs(demo) == ["world"]
-    assert StageInstance("train", "good").inputs(demo) == ["views"]
-    assert StageInstance("embed", "image").inputs(demo) == ["train:image", "world"]
-    assert StageInstance("embed", "ntp").inputs(demo) == ["train:ntp", "ingest"]
+    assert upstream(demo, StageInstance("train", "image")) == {"data": "world"}
+    assert upstream(demo, StageInstance("train", "good")) == {"data": "views"}
+    assert upstream(demo, StageInstance("embed", "image")) == {"model": "train:image", "eval": "world"}
+    assert upstream(demo, StageInstance("embed", "ntp")) == {"model": "train:ntp", "eval": "ingest"}
+
+
+def test_a_stage_sees_only_the_config_it_declares(demo):
+    """compute gets a ConfigView: declared paths (reads, uses) give the real values; any
+    other field fails by name, so no stage can depend on what its cache key does not see."""
+    view = config_view(SPECS["train"], StageInstance("train", "good"), demo)
+    assert view.seed == demo.seed and view.train.models["good"] == demo.train.models["good"]
+    assert view.train.threads == demo.train.threads  # `uses`: visible, not in the key
+    assert isinstance(view.train, ConfigView)
+    with pytest.raises(UndeclaredRead, match="stage train:good reads 'train.models.ntp'"):
+        _ = view.train.models["ntp"]
+    with pytest.raises(UndeclaredRead, match="'world'"):
+        _ = view.world
+    evaluate = config_view(SPECS["evaluate"], StageInstance("evaluate"), demo)
+    with pytest.raises(UndeclaredRead, match="'embed'"):
+        _ = evaluate.embed.batch_size
+    # `uses` stay out of the key: threads change nothing
+    threads = load_config(None, ["train.threads=1"])
+    assert _key(threads, "train:good") == _key(demo, "train:good")
 
 
 def test_from_one_model_forces_only_its_downstream(demo):
