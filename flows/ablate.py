@@ -32,13 +32,14 @@ def ablate(recipe: dict, cells: list[dict]) -> dict:
                     {tracking.FLOW_TAG: "ablate", "platonic.cells": str(len(grid))}) as ctx:
         # inputs of the summary: what it reads of each cell, named by cell, so MLflow shows
         # where each came from
-        inputs = {}
+        inputs, runs = {}, {}
         for i, cell in enumerate(grid):
             print(f"cell {i + 1}/{len(grid)}: {cell.name}")
             done = run_instances(cell.cfg, instances(cell.cfg), plan(cell.cfg), ctx)
             inputs |= {f"{cell.name}/{k}": v for k, v in done.items() if k.startswith(ABLATION_INPUTS)}
+            runs[cell.name] = {k: v.producer_run_id for k, v in done.items()}  # every score names its runs
         summary_m = run_instance(StageInstance("ablation", flow="ablate"), abl, inputs, RUN, ctx,
-                                 context={"cells": grid})
+                                 context={"cells": grid, "runs": runs})
         summary = json.loads((summary_m.path / "summary.json").read_text())
         tracking.log_metrics(ctx.client, ctx.parent_run_id, grid_metrics(summary))
         results = {"run_id": ctx.parent_run_id, "experiment": abl.experiment, "experiment_id": ctx.experiment_id,

@@ -396,7 +396,8 @@ COMPARE_SPECS: dict[str, StageSpec] = {s.name: s for s in [
 
 def ablation(call: StageCall):
     """The grid's summary from every cell's evaluate, embed and curve artifacts. Inputs are
-    named `<cell>/<instance>`; the cells (their recipes) come from the flow as context."""
+    named `<cell>/<instance>`; the cells (their recipes) and the MLflow run behind each of
+    their stage instances come from the flow as context (records name the runs)."""
     from .ablation import CellResult, grid_metrics, summarize
 
     cells = call.context["cells"]
@@ -407,7 +408,7 @@ def ablation(call: StageCall):
             cell, mine["evaluate"].path,
             {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("embed:")},
             {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("curve:")},
-            {k: v.producer_run_id for k, v in mine.items()},
+            call.context["runs"][cell.name],
         ))
     summary = summarize(call.cfg, results, call.out)
     counts = {"cells": len(cells), "records": sum(len(cell.cfg.evaluate.text_models) for cell in cells)}
