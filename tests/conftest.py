@@ -28,7 +28,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytest  # noqa: E402
 
 # whatever needs these (directly or through another fixture) runs a real flow
-E2E_FIXTURES = {"prefect_harness"}
+E2E_FIXTURES = {"prefect_harness", "tiny_run"}
 OPT_IN = ("slow", "stack")
 
 
@@ -53,3 +53,18 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, prefect_harness):
+    """One real pipeline run of configs/tiny.yaml per session, shared by whoever needs it
+    (read-only: tests that rerun or change the recipe should use their own out_dir):
+    (out_dir, results)."""
+    from pathlib import Path
+
+    from platonic.core.config import load_config
+    from platonic.flows.pipeline import pipeline
+
+    out = tmp_path_factory.mktemp("tiny")
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", [f"out_dir={out}"])
+    return out, pipeline(cfg.model_dump(mode="json"))
