@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # CLI subprocesses running real flows
+
 REPO = Path(__file__).resolve().parents[1]
 
 

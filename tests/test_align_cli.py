@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+pytestmark = pytest.mark.e2e  # every test runs the CLI as a subprocess
+
 
 def align(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "platonic.flows.cli", "align", *map(str, args)],

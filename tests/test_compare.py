@@ -46,6 +46,7 @@ def setup(tmp_path_factory, prefect_harness):
     return tmp / "recipe.yaml"
 
 
+@pytest.mark.e2e  # its module fixture runs the tiny pipeline flow
 def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
     from platonic.flows.compare import compare_flow
 

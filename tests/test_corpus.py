@@ -533,6 +533,7 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
 # ---- the pipeline on a real source -------------------------------------------------------------
 
 
+@pytest.mark.e2e  # a real flow
 def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_harness):
     """A recipe with `ingest.source: recap` runs the ingest stage in the flow (Prefect task,
     MLflow nested run, store artifact); `--only ingest` completes, a full run is refused

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # CLI subprocesses running real flows and training
+
 
 def run_demo(tmp_path, *sets: str) -> tuple[dict, float]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from platonic.core.config import FanoutConfig, IngestConfig, ServicesConfig, load_config
 from platonic.core.data.corpus import ingest_corpus
@@ -34,6 +35,7 @@ def ingest(paths: list[str], out: Path, engine: str) -> dict:
     return counts
 
 
+@pytest.mark.e2e  # Prefect harness + Dask task runner
 def test_dask_fanout_of_ingest_shards_matches_the_inline_run(tmp_path, prefect_harness):
     paths = corpus(tmp_path / "src")
     inline = ingest(paths, tmp_path / "inline", "inline")
@@ -69,6 +71,7 @@ def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, 
     assert tracking.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
 
 
+@pytest.mark.e2e  # Prefect harness + Dask task runner
 def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefect_harness):
     """Paraphrases of a 3-shard corpus with a tiny local LM: each Dask worker builds its own
     backend; the generated texts are those of the in-process run (seeds are per request)."""
@@ -137,6 +140,7 @@ def test_two_producers_of_one_stage_instance_take_turns_and_the_second_gets_a_ca
     assert results[0].digest == results[1].digest and results[0].producer_run_id == results[1].producer_run_id
 
 
+@pytest.mark.e2e  # Prefect harness + Dask task runner
 def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, prefect_harness):
     """The near level in row ranges on Dask workers: the dedup stage writes the same bytes
     (matches, removals, kept texts, report) as the in-process run."""

@@ -14,6 +14,8 @@ from mlflow.tracking import MlflowClient
 from platonic.core.config import load_config
 from platonic.core.stages import SPECS
 
+pytestmark = pytest.mark.e2e  # real flows (a module fixture runs one) and CLI subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
 

@@ -176,6 +176,7 @@ def test_paraphrase_never_sends_the_image(models, world_ingest, server, tmp_path
     assert counts["requested"] == 16
 
 
+@pytest.mark.e2e  # a real child process, SIGKILLed
 def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_ingest, server, tmp_path):
     """A real child process generating against the (slowed) server is SIGKILLed after two
     batches landed; the rerun keeps those parts, asks only for the rest, and a third run
@@ -221,6 +222,7 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
     assert pq.read_table(out / "texts.parquet").equals(pq.read_table(tmp_path / "out3" / "texts.parquet"))
 
 
+@pytest.mark.e2e  # a separate interpreter runs the generation
 def test_vllm_offline_backend_through_a_standin_vllm(models, world_ingest, tmp_path):
     """The stage writes requests, launches a separate interpreter running vllm_runner.py,
     and reads the results back. `vllm` there is tests/fixtures/fake_vllm (a stand-in that
@@ -311,6 +313,7 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
     assert again.digest == m.digest  # the same rows, provenance timestamps included
 
 
+@pytest.mark.e2e  # a CLI subprocess
 def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_path):
     """`platonic serve-chat` as a user starts it: /v1/models, a chat completion, an injected 500."""
     import socket

@@ -93,6 +93,7 @@ def test_image_jepa_trains_on_renders():
     assert summary["samples"] == 40 and np.isfinite(summary["final_loss"])
 
 
+@pytest.mark.e2e  # three interpreter subprocesses
 def test_tokenizer_is_identical_across_processes(tmp_path):
     """Same texts -> same tokenizer bytes, whatever the process's hash seed (content addressing)."""
     import subprocess

@@ -88,6 +88,7 @@ def test_presets_have_the_papers_sizes():
     assert tiny.bert.config.hidden_size == 16 and tiny.bert.config.num_hidden_layers == 1
 
 
+@pytest.mark.e2e  # torchrun
 @pytest.mark.parametrize("model, rtol", [("ntp", 1e-4), ("good", 1e-3)])
 def test_two_torchrun_processes_match_one_with_the_same_global_batch(views, tmp_path, model, rtol):
     """2 CPU processes (gloo) each take half of the global batch. NTP matches one process to
@@ -114,6 +115,7 @@ def test_two_torchrun_processes_match_one_with_the_same_global_batch(views, tmp_
             assert torch.allclose(wa[k], wb[k], atol=1e-4), k
 
 
+@pytest.mark.e2e  # real training subprocesses
 def test_a_sigkilled_run_resumes_to_the_same_final_weights(views, tmp_path):
     """Kill a real training process right after its first checkpoint; rerunning the same
     command resumes from it and ends bit-identical to an uninterrupted run."""
