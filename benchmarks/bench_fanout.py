@@ -46,7 +46,10 @@ def write_corpus(folder: Path, shards: int, rows: int) -> list[str]:
         p = folder / f"part-{s:03d}.jsonl"
         with p.open("w") as f:
             for i in range(rows):
-                f.write(json.dumps({"image_id": f"{s}-{i}", "text": " ".join(rnd.choices(WORDS, k=rnd.randint(6, 24)))}) + "\n")
+                f.write(
+                    json.dumps({"image_id": f"{s}-{i}", "text": " ".join(rnd.choices(WORDS, k=rnd.randint(6, 24)))})
+                    + "\n"
+                )
         paths.append(str(p))
     return paths
 
@@ -55,8 +58,13 @@ def run(paths: list[str], work: Path, engine: str, workers: int) -> float:
     shutil.rmtree(work, ignore_errors=True)
     ic = IngestConfig(source="jsonl", paths=paths)
     t0 = time.perf_counter()
-    counts, _ = ingest_corpus(resolve_sources(ic.paths, "jsonl"), ic, work / "out", work / "cache",
-                              mapper=mapper_for(FanoutConfig(engine=engine, workers=workers)))
+    counts, _ = ingest_corpus(
+        resolve_sources(ic.paths, "jsonl"),
+        ic,
+        work / "out",
+        work / "cache",
+        mapper=mapper_for(FanoutConfig(engine=engine, workers=workers)),
+    )
     dt = time.perf_counter() - t0
     assert counts["in"] == counts["kept"] + counts["quarantined"]
     return dt
@@ -68,11 +76,21 @@ def write_texts(folder: Path, paths: list[str]) -> tuple[Path, Path]:
 
     from platonic.core.data.schema import text_table
 
-    rows = [{"image_id": r["image_id"], "text_id": f"{r['image_id']}:alt:0", "source_kind": "alt", "text": r["text"]}
-            for p in paths for r in map(json.loads, Path(p).read_text().splitlines())]
+    rows = [
+        {"image_id": r["image_id"], "text_id": f"{r['image_id']}:alt:0", "source_kind": "alt", "text": r["text"]}
+        for p in paths
+        for r in map(json.loads, Path(p).read_text().splitlines())
+    ]
     pq.write_table(text_table(rows), folder / "texts.parquet")
-    pq.write_table(text_table([{**r, "text_id": f"{r['image_id']}:eval:0", "source_kind": "eval"}
-                               for r in rows[::max(1, len(rows) // 500)]]), folder / "eval.parquet")
+    pq.write_table(
+        text_table(
+            [
+                {**r, "text_id": f"{r['image_id']}:eval:0", "source_kind": "eval"}
+                for r in rows[:: max(1, len(rows) // 500)]
+            ]
+        ),
+        folder / "eval.parquet",
+    )
     return folder / "texts.parquet", folder / "eval.parquet"
 
 
@@ -107,8 +125,11 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in configs}
         for r in range(a.repeats):  # interleaved: a noisy neighbour hits every configuration alike
             for name, (engine, workers) in configs.items():
-                times[name].append(run(paths, tmp / "work", engine, workers) if inputs is None
-                                   else run_dedup(inputs, a.rows, tmp / "work", engine, workers))
+                times[name].append(
+                    run(paths, tmp / "work", engine, workers)
+                    if inputs is None
+                    else run_dedup(inputs, a.rows, tmp / "work", engine, workers)
+                )
                 print(f"repeat {r}: {name:<10} {times[name][-1]:6.2f}s", flush=True)
         base = statistics.median(times["in-process"])
         print(f"\n{a.stage}: {a.shards} shards x {a.rows:,} rows, median of {a.repeats}, cores: {os.cpu_count()}")

@@ -27,25 +27,37 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECAP_SCHEMA = pa.schema([
-    ("url", pa.string()), ("re_caption", pa.string()), ("org_caption", pa.string()), ("sha256", pa.string()),
-    ("key", pa.string()), ("re_clip_score", pa.float64()), ("org_clip_score", pa.float64()),
-    ("re_length", pa.int64()), ("org_length", pa.int64()), ("re_gpt4v_score", pa.int64()),
-    ("org_gpt4v_score", pa.int64()), ("re_caption_condition_diverse_topk", pa.string()),
-    ("re_condition_length", pa.int64()),
-])
-WORDS = np.array((
-    "a an the photo picture image of with and on in near under over large small red blue green white "
-    "black wooden metal dog cat man woman child street car tree sky building table sitting standing "
-    "holding shows features background foreground bright dark colorful vintage modern close-up view"
-).split())
+RECAP_SCHEMA = pa.schema(
+    [
+        ("url", pa.string()),
+        ("re_caption", pa.string()),
+        ("org_caption", pa.string()),
+        ("sha256", pa.string()),
+        ("key", pa.string()),
+        ("re_clip_score", pa.float64()),
+        ("org_clip_score", pa.float64()),
+        ("re_length", pa.int64()),
+        ("org_length", pa.int64()),
+        ("re_gpt4v_score", pa.int64()),
+        ("org_gpt4v_score", pa.int64()),
+        ("re_caption_condition_diverse_topk", pa.string()),
+        ("re_condition_length", pa.int64()),
+    ]
+)
+WORDS = np.array(
+    (
+        "a an the photo picture image of with and on in near under over large small red blue green white "
+        "black wooden metal dog cat man woman child street car tree sky building table sitting standing "
+        "holding shows features background foreground bright dark colorful vintage modern close-up view"
+    ).split()
+)
 
 
 def _captions(rng: np.random.Generator, n: int, lo: int, hi: int) -> list[str]:
     lens = rng.integers(lo, hi, n)
     words = WORDS[rng.integers(0, len(WORDS), int(lens.sum()))]
     cuts = np.concatenate([[0], np.cumsum(lens)])
-    return [" ".join(words[cuts[i]:cuts[i + 1]]) for i in range(n)]
+    return [" ".join(words[cuts[i] : cuts[i + 1]]) for i in range(n)]
 
 
 def write_recap(path: Path, rows: int, seed: int = 0, chunk: int = 100_000) -> None:
@@ -56,14 +68,26 @@ def write_recap(path: Path, rows: int, seed: int = 0, chunk: int = 100_000) -> N
             m = min(chunk, rows - s)
             re_cap, org, div = _captions(rng, m, 40, 90), _captions(rng, m, 3, 15), _captions(rng, m, 30, 70)
             ids = np.arange(s, s + m)
-            w.write_table(pa.table({
-                "url": [f"https://images.example.com/{i:x}/{i}.jpg" for i in ids], "re_caption": re_cap,
-                "org_caption": org, "sha256": [f"{(int(i) * 0x9E3779B97F4A7C15) % (1 << 256):064x}" for i in ids],
-                "key": [f"{i:09d}" for i in ids], "re_clip_score": rng.random(m), "org_clip_score": rng.random(m),
-                "re_length": [len(x) for x in re_cap], "org_length": [len(x) for x in org],
-                "re_gpt4v_score": rng.integers(0, 100, m), "org_gpt4v_score": rng.integers(0, 100, m),
-                "re_caption_condition_diverse_topk": div, "re_condition_length": [len(x) for x in div],
-            }, schema=RECAP_SCHEMA))
+            w.write_table(
+                pa.table(
+                    {
+                        "url": [f"https://images.example.com/{i:x}/{i}.jpg" for i in ids],
+                        "re_caption": re_cap,
+                        "org_caption": org,
+                        "sha256": [f"{(int(i) * 0x9E3779B97F4A7C15) % (1 << 256):064x}" for i in ids],
+                        "key": [f"{i:09d}" for i in ids],
+                        "re_clip_score": rng.random(m),
+                        "org_clip_score": rng.random(m),
+                        "re_length": [len(x) for x in re_cap],
+                        "org_length": [len(x) for x in org],
+                        "re_gpt4v_score": rng.integers(0, 100, m),
+                        "org_gpt4v_score": rng.integers(0, 100, m),
+                        "re_caption_condition_diverse_topk": div,
+                        "re_condition_length": [len(x) for x in div],
+                    },
+                    schema=RECAP_SCHEMA,
+                )
+            )
 
 
 CHILD = r"""
@@ -85,7 +109,8 @@ else:
     shards = resolve_sources(cfg.paths, "recap")
     counts, _ = ingest_corpus(shards, cfg, out / "ingest", out / "cache")
     seconds, extra = time.perf_counter() - t0, counts
-print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "peak_rss_mb": peak, **extra}))
 """
 
 
@@ -112,8 +137,10 @@ def main() -> None:
             src = work / f"recap-{args.rows}.parquet"
             t0 = time.perf_counter()
             write_recap(src, args.rows)
-            print(f"wrote {src.name}: {args.rows:,} rows, {src.stat().st_size / 1e6:.0f} MB "
-                  f"in {time.perf_counter() - t0:.0f}s")
+            print(
+                f"wrote {src.name}: {args.rows:,} rows, {src.stat().st_size / 1e6:.0f} MB "
+                f"in {time.perf_counter() - t0:.0f}s"
+            )
         rows = pq.read_metadata(src).num_rows
         best: dict[str, dict] = {}
         for i in range(args.repeat):
@@ -123,10 +150,18 @@ def main() -> None:
                     best[which] = r
         d, p = best["duckdb"], best["platonic"]
         assert p["in"] == p["kept"] + p["quarantined"]
-        print(f"input rows:            {rows:,} ({p['in']:,} texts in, {p['kept']:,} kept, {p['quarantined']:,} quarantined)")
-        print(f"DuckDB COPY:           {d['seconds']:.2f}s  {rows / d['seconds']:,.0f} rows/s  peak RSS {d['peak_rss_mb']:.0f} MB")
-        print(f"platonic ingest:       {p['seconds']:.2f}s  {rows / p['seconds']:,.0f} rows/s  "
-              f"({p['in'] / p['seconds']:,.0f} texts/s)  peak RSS {p['peak_rss_mb']:.0f} MB")
+        print(
+            f"input rows:            {rows:,} ({p['in']:,} texts in, {p['kept']:,} kept, "
+            f"{p['quarantined']:,} quarantined)"
+        )
+        print(
+            f"DuckDB COPY:           {d['seconds']:.2f}s  {rows / d['seconds']:,.0f} rows/s  "
+            f"peak RSS {d['peak_rss_mb']:.0f} MB"
+        )
+        print(
+            f"platonic ingest:       {p['seconds']:.2f}s  {rows / p['seconds']:,.0f} rows/s  "
+            f"({p['in'] / p['seconds']:,.0f} texts/s)  peak RSS {p['peak_rss_mb']:.0f} MB"
+        )
         print(f"throughput ratio:      {d['seconds'] / p['seconds']:.2f}x DuckDB (target >= 0.5)")
 
 

@@ -51,8 +51,11 @@ def main() -> None:
     print(f"N={args.n} D={args.d} k={args.k} threads={torch.get_num_threads()}")
     print(f"  dense  {t_dense:7.2f} s   mutual kNN {s_dense:.4f}")
     print(f"  faiss  {t_faiss:7.2f} s   mutual kNN {s_faiss:.4f}")
-    print(f"  ratio dense/faiss = {t_dense / t_faiss:.2f}  (target <= 1.5)   |score difference| = {abs(s_dense - s_faiss):.1e}"
-          "  (float rounding can swap neighbours tied at the k-th place)")
+    print(
+        f"  ratio dense/faiss = {t_dense / t_faiss:.2f}  (target <= 1.5)   "
+        f"|score difference| = {abs(s_dense - s_faiss):.1e}"
+        "  (float rounding can swap neighbours tied at the k-th place)"
+    )
     if args.large:
         n = args.large
         a, b = structured(rng, n, args.d)

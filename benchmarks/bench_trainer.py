@@ -90,9 +90,19 @@ def main() -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     views = "good" if a.kind == "text_jepa" else "text"
-    cfg = ModelConfig(kind=a.kind, views=views, preset=a.preset, steps=a.steps, batch_size=a.batch, n_views=a.views,
-                      device=a.device, precision=a.precision, compile=a.compile, optim={"warmup_frac": 0.0},
-                      attention="sdpa")
+    cfg = ModelConfig(
+        kind=a.kind,
+        views=views,
+        preset=a.preset,
+        steps=a.steps,
+        batch_size=a.batch,
+        n_views=a.views,
+        device=a.device,
+        precision=a.precision,
+        compile=a.compile,
+        optim={"warmup_frac": 0.0},
+        attention="sdpa",
+    )
     device = resolve_device(cfg)
     bf16 = use_bf16(cfg, device)
     g = torch.Generator().manual_seed(0)
@@ -144,8 +154,15 @@ def main() -> None:
     bare_t: list[float] = []
     for r in range(a.rounds):
         stamps: list[float] = []
-        train_model(cfg, ours, Fixed(), seed=r, log_every=1, show_progress=False,
-                    on_log=lambda s, m, st=stamps: (_sync(device), st.append(time.perf_counter())))
+        train_model(
+            cfg,
+            ours,
+            Fixed(),
+            seed=r,
+            log_every=1,
+            show_progress=False,
+            on_log=lambda s, m, st=stamps: (_sync(device), st.append(time.perf_counter())),
+        )
         ours_t += [b - a_ for a_, b in zip(stamps[1:], stamps[2:], strict=False)]  # steps 2..k (1 = warm-up)
         t_prev = None
         for s in range(a.steps):
@@ -160,11 +177,19 @@ def main() -> None:
     peak = max(peaks)
     params = sum(p.numel() for p in ours.parameters())
     out = {
-        "preset": a.preset, "kind": a.kind, "device": str(device), "bf16": bf16, "compile": a.compile,
-        "params": params, "tokens_per_step": tokens, "model_tflop_per_step": round(flops / 1e12, 4),
-        "step_s_ours": round(t_ours, 5), "step_s_bare": round(t_bare, 5),
+        "preset": a.preset,
+        "kind": a.kind,
+        "device": str(device),
+        "bf16": bf16,
+        "compile": a.compile,
+        "params": params,
+        "tokens_per_step": tokens,
+        "model_tflop_per_step": round(flops / 1e12, 4),
+        "step_s_ours": round(t_ours, 5),
+        "step_s_bare": round(t_bare, 5),
         "ratio_ours_vs_bare": round(t_bare / t_ours, 3),
-        "tokens_per_s_ours": round(tokens / t_ours, 1), "tokens_per_s_bare": round(tokens / t_bare, 1),
+        "tokens_per_s_ours": round(tokens / t_ours, 1),
+        "tokens_per_s_bare": round(tokens / t_bare, 1),
         "gemm_peak_tflops_measured": round(peak / 1e12, 3),
         "mfu_vs_measured_gemm": round(flops / t_ours / peak, 4),
         "steps_timed": {"ours": len(ours_t), "bare": len(bare_t)},

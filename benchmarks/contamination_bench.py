@@ -43,8 +43,9 @@ def vocabulary(size: int, rng: np.random.Generator) -> list[str]:
 class TextSampler:
     """Texts of `min_words`-`max_words` words from a Zipf(`exponent`) vocabulary."""
 
-    def __init__(self, vocab_size: int = 30_000, exponent: float = 1.0, min_words: int = 6, max_words: int = 20,
-                 seed: int = 0):
+    def __init__(
+        self, vocab_size: int = 30_000, exponent: float = 1.0, min_words: int = 6, max_words: int = 20, seed: int = 0
+    ):
         rng = np.random.default_rng(seed)
         self.vocab = pa.array(vocabulary(vocab_size, rng))
         w = 1.0 / np.arange(1, vocab_size + 1) ** exponent
@@ -96,8 +97,15 @@ def plant_edit(text: str, kind: str, rng: np.random.Generator, filler: list[str]
     return _surface(out, rng) if rng.random() < 0.5 else out
 
 
-def write_benchmark(out: Path, n_texts: int, n_eval: int, n_planted: int, seed: int = 0,
-                    batch: int = 500_000, sampler: TextSampler | None = None) -> dict:
+def write_benchmark(
+    out: Path,
+    n_texts: int,
+    n_eval: int,
+    n_planted: int,
+    seed: int = 0,
+    batch: int = 500_000,
+    sampler: TextSampler | None = None,
+) -> dict:
     """Write `corpus.parquet` (text schema, `n_texts` rows incl. the planted copies),
     `eval.parquet` (captions: image_id, caption) and `planted.parquet` (text_id, eval row,
     edit kind). Streams the corpus in batches: memory is one batch."""
@@ -111,8 +119,10 @@ def write_benchmark(out: Path, n_texts: int, n_eval: int, n_planted: int, seed: 
     kind = rng.choice(len(kinds), n_planted)
     where = np.sort(rng.choice(n_texts, n_planted, replace=False))
     filler = sampler.words(1000, rng)
-    planted = {int(w): (int(s), kinds[k], plant_edit(evals[s], kinds[k], rng, filler))
-               for w, s, k in zip(where, src, kind, strict=True)}
+    planted = {
+        int(w): (int(s), kinds[k], plant_edit(evals[s], kinds[k], rng, filler))
+        for w, s, k in zip(where, src, kind, strict=True)
+    }
     with pq.ParquetWriter(out / "corpus.parquet", TEXT_SCHEMA) as w:
         for start in range(0, n_texts, batch):
             n = min(batch, n_texts - start)
@@ -121,14 +131,32 @@ def write_benchmark(out: Path, n_texts: int, n_eval: int, n_planted: int, seed: 
                 texts[row - start] = planted[row][2]
             rows = np.arange(start, start + n)
             ids = pa.array([f"t{r:09d}" for r in rows])
-            w.write_table(pa.table({
-                "image_id": pa.array([f"i{r // 2:09d}" for r in rows]), "text_id": ids,
-                "source_kind": pa.array(["alt"] * n), "text": pa.array(texts), "source_uri": pa.array(["bench"] * n),
-                "source_row": pa.array(rows, pa.int64()), "generator": pa.array([""] * n),
-                "generator_model": pa.array([""] * n), "generator_params": pa.array([""] * n),
-            }, schema=TEXT_SCHEMA))
-    pq.write_table(pa.table({"text_id": [f"t{r:09d}" for r in planted], "eval_row": [v[0] for v in planted.values()],
-                             "edit": [v[1] for v in planted.values()]}), out / "planted.parquet")
+            w.write_table(
+                pa.table(
+                    {
+                        "image_id": pa.array([f"i{r // 2:09d}" for r in rows]),
+                        "text_id": ids,
+                        "source_kind": pa.array(["alt"] * n),
+                        "text": pa.array(texts),
+                        "source_uri": pa.array(["bench"] * n),
+                        "source_row": pa.array(rows, pa.int64()),
+                        "generator": pa.array([""] * n),
+                        "generator_model": pa.array([""] * n),
+                        "generator_params": pa.array([""] * n),
+                    },
+                    schema=TEXT_SCHEMA,
+                )
+            )
+    pq.write_table(
+        pa.table(
+            {
+                "text_id": [f"t{r:09d}" for r in planted],
+                "eval_row": [v[0] for v in planted.values()],
+                "edit": [v[1] for v in planted.values()],
+            }
+        ),
+        out / "planted.parquet",
+    )
     return {"texts": n_texts, "eval": n_eval, "planted": n_planted}
 
 
@@ -138,16 +166,32 @@ def score_planted(matches: pa.Table, planted: pa.Table, eval_ids: list[str], lev
     from platonic.core.dedup import LEVELS
 
     keep = LEVELS[: LEVELS.index(level) + 1]
-    found = {(t, e) for t, e, lv in zip(matches["text_id"].to_pylist(), matches["eval_text_id"].to_pylist(),
-                                        matches["level"].to_pylist(), strict=True) if lv in keep}
-    truth = {(t, f"{eval_ids[r]}#0"): k for t, r, k in zip(planted["text_id"].to_pylist(), planted["eval_row"].to_pylist(),
-                                                          planted["edit"].to_pylist(), strict=True)}
+    found = {
+        (t, e)
+        for t, e, lv in zip(
+            matches["text_id"].to_pylist(),
+            matches["eval_text_id"].to_pylist(),
+            matches["level"].to_pylist(),
+            strict=True,
+        )
+        if lv in keep
+    }
+    truth = {
+        (t, f"{eval_ids[r]}#0"): k
+        for t, r, k in zip(
+            planted["text_id"].to_pylist(), planted["eval_row"].to_pylist(), planted["edit"].to_pylist(), strict=True
+        )
+    }
     by_kind: dict[str, list[int]] = {}
     for pair, k in truth.items():
         by_kind.setdefault(k, [0, 0])
         by_kind[k][0] += pair in found
         by_kind[k][1] += 1
     hit = sum(v[0] for v in by_kind.values())
-    return {"recall": hit / max(1, len(truth)), "precision": len(found & set(truth)) / max(1, len(found)),
-            "found_pairs": len(found), "planted": len(truth),
-            "recall_by_edit": {k: round(v[0] / v[1], 4) for k, v in sorted(by_kind.items())}}
+    return {
+        "recall": hit / max(1, len(truth)),
+        "precision": len(found & set(truth)) / max(1, len(found)),
+        "found_pairs": len(found),
+        "planted": len(truth),
+        "recall_by_edit": {k: round(v[0] / v[1], 4) for k, v in sorted(by_kind.items())},
+    }

@@ -28,8 +28,13 @@ def ablate(recipe: dict, cells: list[dict]) -> dict:
     abl = AblationConfig.model_validate(recipe)
     grid = [Cell.from_dict(d) for d in cells]
     base = grid[0].cfg
-    with parent_run(base.out_dir, abl.experiment, abl.name, {"ablation": recipe, "cells": cells},
-                    {tracking.FLOW_TAG: "ablate", "platonic.cells": str(len(grid))}) as ctx:
+    with parent_run(
+        base.out_dir,
+        abl.experiment,
+        abl.name,
+        {"ablation": recipe, "cells": cells},
+        {tracking.FLOW_TAG: "ablate", "platonic.cells": str(len(grid))},
+    ) as ctx:
         # inputs of the summary: what it reads of each cell, named by cell, so MLflow shows
         # where each came from
         inputs, runs = {}, {}
@@ -38,13 +43,24 @@ def ablate(recipe: dict, cells: list[dict]) -> dict:
             done = run_instances(cell.cfg, instances(cell.cfg), plan(cell.cfg), ctx)
             inputs |= {f"{cell.name}/{k}": v for k, v in done.items() if k.startswith(ABLATION_INPUTS)}
             runs[cell.name] = {k: v.producer_run_id for k, v in done.items()}  # every score names its runs
-        summary_m = run_instance(StageInstance("ablation", flow="ablate"), abl, inputs, RUN, ctx,
-                                 context={"cells": grid, "runs": runs})
+        summary_m = run_instance(
+            StageInstance("ablation", flow="ablate"), abl, inputs, RUN, ctx, context={"cells": grid, "runs": runs}
+        )
         summary = json.loads((summary_m.path / "summary.json").read_text())
         tracking.log_metrics(ctx.client, ctx.parent_run_id, grid_metrics(summary))
-        results = {"run_id": ctx.parent_run_id, "experiment": abl.experiment, "experiment_id": ctx.experiment_id,
-                   "tracking_uri": ctx.tracking_uri, "output_dir": str(run_folder(ctx)),
-                   "ablation_run_id": summary_m.producer_run_id, "cells": len(grid), "summary": summary}
-        publish(ctx, {k: v for k, v in results.items() if k != "summary"},  # the summary: summary.json
-                {n: summary_m.path / n for n in ABLATE_SPECS["ablation"].writes})
+        results = {
+            "run_id": ctx.parent_run_id,
+            "experiment": abl.experiment,
+            "experiment_id": ctx.experiment_id,
+            "tracking_uri": ctx.tracking_uri,
+            "output_dir": str(run_folder(ctx)),
+            "ablation_run_id": summary_m.producer_run_id,
+            "cells": len(grid),
+            "summary": summary,
+        }
+        publish(
+            ctx,
+            {k: v for k, v in results.items() if k != "summary"},  # the summary: summary.json
+            {n: summary_m.path / n for n in ABLATE_SPECS["ablation"].writes},
+        )
         return results

@@ -32,8 +32,12 @@ from platonic.core.config import ConfigError, PipelineConfig, load_config
 
 from . import services
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Proving and improving the Platonic Representation Hypothesis with JEPAs.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Proving and improving the Platonic Representation Hypothesis with JEPAs.",
+)
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -85,18 +89,34 @@ def print_summary(results: dict) -> None:
 
     con = Console(width=max(120, Console().width), highlight=False)
     if "models" in results:
-        t = Table(title=f"mutual {results['k']}-NN with the image encoder '{results['image_model']}' "
-                        f"(N={results['n']}, chance {results['chance']:.4f})")
-        for col in ("model", "objective", "mutual kNN", "95% CI", "layers", "rotation R@1 t→i / i→t", "residual",
-                    "train run"):
+        t = Table(
+            title=f"mutual {results['k']}-NN with the image encoder '{results['image_model']}' "
+            f"(N={results['n']}, chance {results['chance']:.4f})"
+        )
+        for col in (
+            "model",
+            "objective",
+            "mutual kNN",
+            "95% CI",
+            "layers",
+            "rotation R@1 t→i / i→t",
+            "residual",
+            "train run",
+        ):
             t.add_column(col)
         for name in results["ordering"]:
             s = results["models"][name]
             r = s.get("procrustes") or {}
-            t.add_row(name, f"{s['kind']} ({s['views']})", f"{s['mutual_knn']:.4f}",
-                      f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]", f"{s['layer_a']}, {s['layer_b']}",
-                      f"{r.get('t2i_R@1', float('nan')):.3f} / {r.get('i2t_R@1', float('nan')):.3f}",
-                      f"{r.get('heldout_residual', float('nan')):.3f}", s["train_run_id"][:12])
+            t.add_row(
+                name,
+                f"{s['kind']} ({s['views']})",
+                f"{s['mutual_knn']:.4f}",
+                f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]",
+                f"{s['layer_a']}, {s['layer_b']}",
+                f"{r.get('t2i_R@1', float('nan')):.3f} / {r.get('i2t_R@1', float('nan')):.3f}",
+                f"{r.get('heldout_residual', float('nan')):.3f}",
+                s["train_run_id"][:12],
+            )
         con.print(t)
         con.print(f"ordering: {' > '.join(results['ordering'])}")
     con.print(f"results:        {results['output_dir']}/results.json")
@@ -104,11 +124,15 @@ def print_summary(results: dict) -> None:
     uri = results["tracking_uri"]
     if uri.startswith("sqlite"):
         con.print(f"open the UI:    mlflow ui --backend-store-uri {uri} --port 5000")
-        con.print(f"                then http://127.0.0.1:5000/#/experiments/{results['experiment_id']}/runs/{results['run_id']}")
+        con.print(
+            f"                then http://127.0.0.1:5000/#/experiments/{results['experiment_id']}/runs/{results['run_id']}"
+        )
     else:
         con.print(f"tracking:       {uri}")
-    con.print(f"lineage:        platonic lineage {results['run_id']}" + (
-        f" --out-dir {Path(results['output_dir']).parents[1]}" if uri.startswith("sqlite") else ""))
+    con.print(
+        f"lineage:        platonic lineage {results['run_id']}"
+        + (f" --out-dir {Path(results['output_dir']).parents[1]}" if uri.startswith("sqlite") else "")
+    )
 
 
 @app.command()
@@ -162,7 +186,9 @@ def compare(
 
 @app.command()
 def ablate(
-    recipe: str = typer.Argument(..., help="ablation recipe: a YAML file (configs/table7.yaml) or a packaged name (table7)"),
+    recipe: str = typer.Argument(
+        ..., help="ablation recipe: a YAML file (configs/table7.yaml) or a packaged name (table7)"
+    ),
     quick: bool = typer.Option(False, "--quick", help="apply the recipe's `quick` overrides (small world, short runs)"),
     sets: list[str] = typer.Option([], "--set", help="override an ablation field: key=value, e.g. seeds=[0,1,2,3]"),
     base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe in every cell"),
@@ -184,12 +210,17 @@ def ablate(
         return
     typer.echo((Path(results["output_dir"]) / "table.md").read_text())
     typer.echo(f"outputs:       {results['output_dir']}  (cells.json, summary.json, table.md, curves.png, scaling.png)")
-    typer.echo(f"MLflow run id: {results['run_id']}   (experiment {results['experiment']!r}: platonic table {results['experiment']})")
+    typer.echo(
+        f"MLflow run id: {results['run_id']}   "
+        f"(experiment {results['experiment']!r}: platonic table {results['experiment']})"
+    )
 
 
 @app.command()
 def table(
-    experiment: str = typer.Argument(..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)"),
+    experiment: str = typer.Argument(
+        ..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)"
+    ),
     run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
     as_json: bool = typer.Option(False, "--json"),
@@ -246,21 +277,33 @@ def forecast(
         return
     law = f["law"]
     lo, hi = f["interval"]
-    typer.echo(f"law: a(n) = {law['a_inf']:.4f} - {law['b']:.4f}*(n/1000)^-{law['alpha']:.3f}   "
-               f"fitted on {f['fitted_runs']} runs at {', '.join(f'{int(b):,}' for b in f['fitted_budgets'])} samples")
-    typer.echo(f"{model} ({row}) at {int(f['samples']):,} samples: {f['prediction']:.4f}  "
-               f"{int(f['confidence'] * 100)}% interval for one run [{lo:.4f}, {hi:.4f}]  (seed noise {f['seed_noise']:.4f})")
+    typer.echo(
+        f"law: a(n) = {law['a_inf']:.4f} - {law['b']:.4f}*(n/1000)^-{law['alpha']:.3f}   "
+        f"fitted on {f['fitted_runs']} runs at {', '.join(f'{int(b):,}' for b in f['fitted_budgets'])} samples"
+    )
+    typer.echo(
+        f"{model} ({row}) at {int(f['samples']):,} samples: {f['prediction']:.4f}  "
+        f"{int(f['confidence'] * 100)}% interval for one run [{lo:.4f}, {hi:.4f}]  (seed noise {f['seed_noise']:.4f})"
+    )
     if f["actual"]:
-        typer.echo(f"actual runs (not in the fit): {', '.join(f'{a:.4f}' for a in f['actual'])}  mean {f['actual_mean']:.4f}  "
-                   f"error {f['error']:+.4f}  inside the interval: {f['actual_in_interval']}/{len(f['actual'])}")
+        typer.echo(
+            f"actual runs (not in the fit): {', '.join(f'{a:.4f}' for a in f['actual'])}  mean {f['actual_mean']:.4f}  "
+            f"error {f['error']:+.4f}  inside the interval: {f['actual_in_interval']}/{len(f['actual'])}"
+        )
     typer.echo(f"from MLflow run {run}")
 
 
 @app.command()
 def audit(
-    corpus: list[str] = typer.Option(..., "--corpus", help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)"),
-    evals: list[str] = typer.Option(..., "--eval", help="wit_1024 | prh:SOURCE | coco_karpathy:JSON | flickr_karpathy:JSON (test split; JSON@val for "
-                                    "another) | coco_captions:JSON | world:DIR | captions:FILE (repeatable)"),
+    corpus: list[str] = typer.Option(
+        ..., "--corpus", help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)"
+    ),
+    evals: list[str] = typer.Option(
+        ...,
+        "--eval",
+        help="wit_1024 | prh:SOURCE | coco_karpathy:JSON | flickr_karpathy:JSON (test split; JSON@val for "
+        "another) | coco_captions:JSON | world:DIR | captions:FILE (repeatable)",
+    ),
     levels: str = typer.Option("exact,near", "--levels", help="comma-separated: exact, near, embed"),
     sets: list[str] = typer.Option([], "--set", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where artifacts and MLflow live"),
@@ -273,8 +316,15 @@ def audit(
     from platonic.core.config import AuditConfig, _format_validation_error, apply_overrides
 
     with _reported_errors():
-        raw = apply_overrides({"corpus": corpus, "eval": evals, "out_dir": out_dir,
-                               "levels": [lv.strip() for lv in levels.split(",") if lv.strip()]}, sets)
+        raw = apply_overrides(
+            {
+                "corpus": corpus,
+                "eval": evals,
+                "out_dir": out_dir,
+                "levels": [lv.strip() for lv in levels.split(",") if lv.strip()],
+            },
+            sets,
+        )
         try:
             cfg = AuditConfig.model_validate(raw)
         except ValidationError as e:
@@ -289,14 +339,18 @@ def audit(
         typer.echo(json.dumps(results, indent=1))
     else:
         typer.echo((Path(results["output_dir"]) / "summary.md").read_text())
-        typer.echo(f"matches: {results['output_dir']}/matches.parquet   artifact: {results['artifact']}"
-                   + ("   (cached)" if results["cache_hit"] else ""))
+        typer.echo(
+            f"matches: {results['output_dir']}/matches.parquet   artifact: {results['artifact']}"
+            + ("   (cached)" if results["cache_hit"] else "")
+        )
         typer.echo(f"MLflow run id: {results['run_id']}")
 
 
 @app.command("stand-ins")
-def stand_ins(out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
-              n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set")) -> None:
+def stand_ins(
+    out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
+    n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set"),
+) -> None:
     """Build tiny local models + a PRH-format eval set for `platonic compare configs/compare_tiny.yaml`."""
     from platonic.flows.standins import build_standins
 
@@ -314,18 +368,28 @@ def stand_ins(out: Path = typer.Argument(Path(".platonic/stand-ins"), help="wher
 
 @app.command()
 def ingest(
-    sources: list[str] = typer.Argument(..., help="shard files, folders, globs, fsspec URIs or hf://datasets/<org>/<name>[@rev]"),
+    sources: list[str] = typer.Argument(
+        ..., help="shard files, folders, globs, fsspec URIs or hf://datasets/<org>/<name>[@rev]"
+    ),
     fmt: str = typer.Option(..., "--format", help="recap | wds | coco | jsonl (jsonl also reads .csv/.tsv)"),
-    out: Path | None = typer.Option(None, "--out", help="output folder (default: the store, .platonic/artifacts/ingest/<key>)"),
+    out: Path | None = typer.Option(
+        None, "--out", help="output folder (default: the store, .platonic/artifacts/ingest/<key>)"
+    ),
     config: Path | None = typer.Option(None, "--config", help="take the ingest section from this recipe"),
     sets: list[str] = typer.Option([], "--set", help="override a field, e.g. ingest.text_columns={caption: alt}"),
-    id_column: str | None = typer.Option(None, "--id-column", help="the image id column (jsonl/wds; default per format)"),
+    id_column: str | None = typer.Option(
+        None, "--id-column", help="the image id column (jsonl/wds; default per format)"
+    ),
     text_column: list[str] = typer.Option([], "--text-column", help="COLUMN=KIND, e.g. caption=alt (repeatable)"),
-    index_column: str | None = typer.Option(None, "--index-column", help="a per-row text index (several rows per image)"),
+    index_column: str | None = typer.Option(
+        None, "--index-column", help="a per-row text index (several rows per image)"
+    ),
     revision: str | None = typer.Option(None, "--revision", help="hub sources: the revision to pin"),
     include: list[str] = typer.Option([], "--include", help="only shards matching this pattern (repeatable)"),
     force: bool = typer.Option(False, "--force", help="re-run the stage even on a cache hit (shards stay cached)"),
-    out_dir: str | None = typer.Option(None, "--out-dir", help="where the shard cache and MLflow live (default .platonic)"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the shard cache and MLflow live (default .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the counts as JSON"),
 ) -> None:
     """Ingest a real corpus: shards -> normalised Parquet partitions + DuckDB catalog.
@@ -334,13 +398,17 @@ def ingest(
     is reported (exit code 1) and the others still complete; rerun after fixing it: the
     shards already ingested are not redone."""
     with _reported_errors():
-        overrides = [f"ingest.source={fmt}", f"ingest.paths={json.dumps(sources)}",
-                     *([f"ingest.revision={json.dumps(revision)}"] if revision else []),
-                     *([f"ingest.allow_patterns={json.dumps(include)}"] if include else []),
-                     *([f"ingest.id_column={json.dumps(id_column)}"] if id_column else []),
-                     *([f"ingest.index_column={json.dumps(index_column)}"] if index_column else []),
-                     *([f"ingest.text_columns={json.dumps(_column_map(text_column))}"] if text_column else []),
-                     *sets, *([f"out_dir={out_dir}"] if out_dir else [])]
+        overrides = [
+            f"ingest.source={fmt}",
+            f"ingest.paths={json.dumps(sources)}",
+            *([f"ingest.revision={json.dumps(revision)}"] if revision else []),
+            *([f"ingest.allow_patterns={json.dumps(include)}"] if include else []),
+            *([f"ingest.id_column={json.dumps(id_column)}"] if id_column else []),
+            *([f"ingest.index_column={json.dumps(index_column)}"] if index_column else []),
+            *([f"ingest.text_columns={json.dumps(_column_map(text_column))}"] if text_column else []),
+            *sets,
+            *([f"out_dir={out_dir}"] if out_dir else []),
+        ]
         if fmt not in ("recap", "wds", "coco", "jsonl"):
             raise ConfigError(f"--format must be recap, wds, coco or jsonl, not {fmt!r}")
         cfg = load_config(config, overrides)
@@ -353,9 +421,15 @@ def ingest(
             m, failed = run_ingest(cfg, out, force), None
         except IncompleteArtifact as e:
             m, failed = e.manifest, e
-        report = {"out": m.uri, "digest": m.digest, "cache_key": m.cache_key, "run_id": m.producer_run_id,
-                  "counts": m.counts, "failed_shards": m.stats.get("failed_shards", []),
-                  "catalog": str(Path(m.uri) / "catalog.duckdb")}
+        report = {
+            "out": m.uri,
+            "digest": m.digest,
+            "cache_key": m.cache_key,
+            "run_id": m.producer_run_id,
+            "counts": m.counts,
+            "failed_shards": m.stats.get("failed_shards", []),
+            "catalog": str(Path(m.uri) / "catalog.duckdb"),
+        }
         if as_json:
             typer.echo(json.dumps(report, indent=1))
         else:
@@ -380,9 +454,11 @@ def _print_ingest(report: dict, out: Path) -> None:
 
     con = Console(width=max(120, Console().width), highlight=False)
     c = report["counts"]
-    con.print(f"texts in {c['in']:,} = kept {c['kept']:,} + quarantined {c['quarantined']:,}"
-              f"   ({c['rows_in']:,} input rows; shards: {c['shards']} = {c['shards_ingested']} ingested + "
-              f"{c['shards_cached']} cached + {c['shards_failed']} failed)")
+    con.print(
+        f"texts in {c['in']:,} = kept {c['kept']:,} + quarantined {c['quarantined']:,}"
+        f"   ({c['rows_in']:,} input rows; shards: {c['shards']} = {c['shards_ingested']} ingested + "
+        f"{c['shards_cached']} cached + {c['shards_failed']} failed)"
+    )
     reasons = {k.removeprefix("quarantined_"): v for k, v in c.items() if k.startswith("quarantined_")}
     if reasons:
         t = Table(title="quarantined by reason")
@@ -399,7 +475,9 @@ def _print_ingest(report: dict, out: Path) -> None:
         for col in ("shard", "status", "texts in", "kept", "quarantined", "error"):
             t.add_column(col, overflow="fold")
         for s in shards[:50]:
-            t.add_row(s["shard"], s["status"], f"{s['texts_in']:,}", f"{s['kept']:,}", f"{s['quarantined']:,}", s["error"])
+            t.add_row(
+                s["shard"], s["status"], f"{s['texts_in']:,}", f"{s['kept']:,}", f"{s['quarantined']:,}", s["error"]
+            )
         if len(shards) > 50:
             t.add_row(f"... {len(shards) - 50} more (shards.parquet)", "", "", "", "", "")
         con.print(t)
@@ -414,7 +492,9 @@ app.add_typer(corpus_app, name="corpus")
 
 @corpus_app.command("stats")
 def corpus_stats_cmd(
-    folder: Path | None = typer.Option(None, "--dir", help="an ingest output folder (default: the latest ingest artifact)"),
+    folder: Path | None = typer.Option(
+        None, "--dir", help="an ingest output folder (default: the latest ingest artifact)"
+    ),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="the store searched when --dir is not given"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -438,8 +518,12 @@ def corpus_stats_cmd(
 
     con = Console(width=max(120, Console().width), highlight=False)
     con.print(f"corpus: {folder}")
-    titles = {"sources": "texts per source kind", "texts_per_image": "texts per image",
-              "lengths": "length distribution (characters; words)", "quarantine": "quarantined texts"}
+    titles = {
+        "sources": "texts per source kind",
+        "texts_per_image": "texts per image",
+        "lengths": "length distribution (characters; words)",
+        "quarantine": "quarantined texts",
+    }
     for name, rows in report.items():
         t = Table(title=titles[name])
         if not rows:
@@ -473,7 +557,9 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
         insts = [i for i in instances(cfg) if i.stage == name]
         ids = ", ".join(i.id for i in insts)
         inputs = sorted({u for i in insts for u in upstream(cfg, i).values()})
-        t.add_row(ids, str(spec.version), "\n".join(spec.reads), "\n".join(inputs) or "-", "\n".join(spec.writes), spec.doc)
+        t.add_row(
+            ids, str(spec.version), "\n".join(spec.reads), "\n".join(inputs) or "-", "\n".join(spec.writes), spec.doc
+        )
     Console(width=200).print(t)
 
 
@@ -501,7 +587,9 @@ def lineage(
 def align(
     a: Path = typer.Argument(..., help="features: .npz (layer_i), .npy, .pt or .parquet; (N, D) or (L, N, D)"),
     b: Path = typer.Argument(...),
-    metric: str = typer.Option("mutual_knn", "--metric", help="mutual_knn, cycle_knn, cka, cka_rbf, unbiased_cka, cknna"),
+    metric: str = typer.Option(
+        "mutual_knn", "--metric", help="mutual_knn, cycle_knn, cka, cka_rbf, unbiased_cka, cknna"
+    ),
     k: int = typer.Option(10, "--k"),
     no_clamp: bool = typer.Option(False, "--no-clamp", help="skip the 0.95-quantile outlier clamp"),
     layers: str = typer.Option("best", "--layers", help="best (all layer pairs) or last"),
@@ -532,7 +620,9 @@ def align(
 
 @app.command("serve-chat")
 def serve_chat(
-    model: list[str] = typer.Option(..., "--model", help="a local transformers model folder (repeatable); served under this name"),
+    model: list[str] = typer.Option(
+        ..., "--model", help="a local transformers model folder (repeatable); served under this name"
+    ),
     port: int = typer.Option(8000, "--port"),
     host: str = typer.Option("127.0.0.1", "--host"),
     fail_every: int = typer.Option(0, "--fail-every", help="every N-th request answers HTTP --fail-status"),

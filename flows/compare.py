@@ -25,9 +25,15 @@ def compare_flow(config: dict) -> dict:
         insts = compare_instances(cfg)
         grid = run_instances(cfg, insts, {i.id: RUN for i in insts}, ctx)["compare"]
         scores = json.loads((grid.path / "scores.json").read_text())
-        results = {"run_id": ctx.parent_run_id, "experiment": cfg.experiment, "experiment_id": ctx.experiment_id,
-                   "recipe": cfg.name, "tracking_uri": ctx.tracking_uri,
-                   "output_dir": str(ctx.out_dir / "runs" / ctx.parent_run_id), "compare_run_id": grid.producer_run_id,
-                   **scores}
+        results = {
+            "run_id": ctx.parent_run_id,
+            "experiment": cfg.experiment,
+            "experiment_id": ctx.experiment_id,
+            "recipe": cfg.name,
+            "tracking_uri": ctx.tracking_uri,
+            "output_dir": str(ctx.out_dir / "runs" / ctx.parent_run_id),
+            "compare_run_id": grid.producer_run_id,
+            **scores,
+        }
         publish(ctx, results, {"table.md": grid.path / "table.md"})
         return results

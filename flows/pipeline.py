@@ -38,15 +38,27 @@ def resolve_config(config: dict | None, recipe: str | None, sets: list[str] | No
 
 
 @flow(name="pipeline", log_prints=True)
-def pipeline(config: dict | None = None, only: str | None = None, from_stage: str | None = None,
-             force: list[str] | None = None, recipe: str | None = None, sets: list[str] | None = None) -> dict:
+def pipeline(
+    config: dict | None = None,
+    only: str | None = None,
+    from_stage: str | None = None,
+    force: list[str] | None = None,
+    recipe: str | None = None,
+    sets: list[str] | None = None,
+) -> dict:
     """Every stage of a recipe. From a deployment:
     prefect deployment run 'pipeline/demo' --param recipe=tiny --param 'sets=["seed=1"]'"""
     cfg = resolve_config(config, recipe, sets)
     modes = plan(cfg, only, from_stage, force)
     plain = cfg.model_dump(mode="json")
-    with parent_run(cfg.out_dir, cfg.experiment, cfg.name, plain,
-                    {tracking.FLOW_TAG: "pipeline", "platonic.plan": json.dumps(modes)}, params=plain) as ctx:
+    with parent_run(
+        cfg.out_dir,
+        cfg.experiment,
+        cfg.name,
+        plain,
+        {tracking.FLOW_TAG: "pipeline", "platonic.plan": json.dumps(modes)},
+        params=plain,
+    ) as ctx:
         return collect_results(cfg, run_instances(cfg, instances(cfg), modes, ctx), ctx)
 
 
@@ -62,21 +74,39 @@ def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext
     """results.json: per model its scores and the MLflow runs behind them."""
     parent = ctx.parent_run_id
     results = {
-        "run_id": parent, "experiment": cfg.experiment, "experiment_id": ctx.experiment_id, "recipe": cfg.name,
-        "config_digest": stable_hash(cfg), "tracking_uri": ctx.tracking_uri, "output_dir": str(run_folder(ctx)),
-        "stages": {k: {"cache_key": v.cache_key, "digest": v.digest, "run_id": v.producer_run_id, "uri": v.uri}
-                   for k, v in m.items()},
+        "run_id": parent,
+        "experiment": cfg.experiment,
+        "experiment_id": ctx.experiment_id,
+        "recipe": cfg.name,
+        "config_digest": stable_hash(cfg),
+        "tracking_uri": ctx.tracking_uri,
+        "output_dir": str(run_folder(ctx)),
+        "stages": {
+            k: {"cache_key": v.cache_key, "digest": v.digest, "run_id": v.producer_run_id, "uri": v.uri}
+            for k, v in m.items()
+        },
     }
     ev = m.get("evaluate")
     files = {}
     if ev is not None:
         scores = json.loads((ev.path / "scores.json").read_text())
-        results.update({"evaluate_run_id": ev.producer_run_id, "metric": scores["metric"], "k": scores["k"],
-                        "n": scores["n"], "chance": scores["chance"], "image_model": scores["image_model"]})
+        results.update(
+            {
+                "evaluate_run_id": ev.producer_run_id,
+                "metric": scores["metric"],
+                "k": scores["k"],
+                "n": scores["n"],
+                "chance": scores["chance"],
+                "image_model": scores["image_model"],
+            }
+        )
         results["models"] = {
-            name: {k: v for k, v in s.items() if k != "per_layer"} | {
-                "kind": cfg.train.models[name].kind, "views": cfg.train.models[name].views,
-                "train_run_id": m[f"train:{name}"].producer_run_id, "embed_run_id": m[f"embed:{name}"].producer_run_id,
+            name: {k: v for k, v in s.items() if k != "per_layer"}
+            | {
+                "kind": cfg.train.models[name].kind,
+                "views": cfg.train.models[name].views,
+                "train_run_id": m[f"train:{name}"].producer_run_id,
+                "embed_run_id": m[f"embed:{name}"].producer_run_id,
             }
             for name, s in scores["models"].items()
         }

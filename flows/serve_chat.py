@@ -71,8 +71,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "platonic"}
-                                                        for m in self.server.models]})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": m, "object": "model", "owned_by": "platonic"} for m in self.server.models],
+                },
+            )
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -85,8 +90,10 @@ class _Handler(BaseHTTPRequestHandler):
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         except ValueError:
             return self._send(400, {"error": {"message": "body is not JSON"}})
-        has_image = any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
-                        for m in req.get("messages", []))
+        has_image = any(
+            isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+            for m in req.get("messages", [])
+        )
         entry = {"n": n, "model": req.get("model"), "has_image": has_image, "outcome": "ok"}
         s.log.append(entry)
         if f.latency_s:
@@ -100,8 +107,10 @@ class _Handler(BaseHTTPRequestHandler):
         model = s.models.get(req.get("model"))
         if model is None:
             entry["outcome"] = "http_404"
-            return self._send(404, {"error": {"message": f"model {req.get('model')!r} is not served here; "
-                                                         f"served: {sorted(s.models)}"}})
+            return self._send(
+                404,
+                {"error": {"message": f"model {req.get('model')!r} is not served here; served: {sorted(s.models)}"}},
+            )
         refuse = bool(f.refuse_every and n % f.refuse_every == 0)
         if refuse:
             text, usage = None, (0, 0)
@@ -109,24 +118,47 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             try:
                 with s.lock:
-                    c = model.chat([req["messages"]], float(req.get("temperature", 1.0)), float(req.get("top_p", 1.0)),
-                                   int(req.get("max_tokens") or 16), int(req.get("seed") or 0))[0]
+                    c = model.chat(
+                        [req["messages"]],
+                        float(req.get("temperature", 1.0)),
+                        float(req.get("top_p", 1.0)),
+                        int(req.get("max_tokens") or 16),
+                        int(req.get("seed") or 0),
+                    )[0]
             except Exception as e:  # a request the model cannot take (an image for a text model, ...)
                 entry["outcome"] = "http_400"
                 return self._send(400, {"error": {"message": f"{type(e).__name__}: {e}"}})
             text, usage = c.text, (c.prompt_tokens, c.completion_tokens)
-        self._send(200, {
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": req.get("model"),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": text,
-                                     "refusal": "I can't help with that (injected)." if refuse else None}}],
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
-        })
+        self._send(
+            200,
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": req.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "refusal": "I can't help with that (injected)." if refuse else None,
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+            },
+        )
 
 
-def make_server(models: list[str], host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
-                trust_remote_code: bool = False) -> ChatServer:
+def make_server(
+    models: list[str],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    faults: Faults | None = None,
+    trust_remote_code: bool = False,
+) -> ChatServer:
     """Load the models and bind (port 0: any free port, see `server.server_address`)."""
     from platonic.core.positives.transformers_backend import ChatModel
 
@@ -158,8 +190,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--refuse-every", type=int, default=0)
     ap.add_argument("--trust-remote-code", action="store_true")
     a = ap.parse_args(argv)
-    serve(a.model, a.host, a.port, Faults(a.fail_every, a.fail_status, a.delay_every, a.delay_s, a.refuse_every),
-          a.trust_remote_code)
+    serve(
+        a.model,
+        a.host,
+        a.port,
+        Faults(a.fail_every, a.fail_status, a.delay_every, a.delay_s, a.refuse_every),
+        a.trust_remote_code,
+    )
 
 
 if __name__ == "__main__":

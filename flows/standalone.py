@@ -32,13 +32,26 @@ def run_audit(config: dict, force: bool = False) -> dict:
     plain = cfg.model_dump(mode="json")
     files, evals, inputs = audit_inputs(cfg)
     with parent_run(cfg.out_dir, cfg.experiment, cfg.name, plain, {tracking.FLOW_TAG: "audit"}, params=plain) as ctx:
-        m = run_instance(StageInstance("audit", flow="audit"), cfg, inputs, FORCE if force else RUN, ctx,
-                         context={"files": files, "evals": evals})
+        m = run_instance(
+            StageInstance("audit", flow="audit"),
+            cfg,
+            inputs,
+            FORCE if force else RUN,
+            ctx,
+            context={"files": files, "evals": evals},
+        )
         summary = json.loads((m.path / "summary.json").read_text())
-        results = {"run_id": ctx.parent_run_id, "experiment": cfg.experiment, "experiment_id": ctx.experiment_id,
-                   "tracking_uri": ctx.tracking_uri, "output_dir": str(ctx.out_dir / "runs" / ctx.parent_run_id),
-                   "artifact": m.uri, "audit_run_id": m.producer_run_id, "cache_hit": m.created_at < started,
-                   **summary}
+        results = {
+            "run_id": ctx.parent_run_id,
+            "experiment": cfg.experiment,
+            "experiment_id": ctx.experiment_id,
+            "tracking_uri": ctx.tracking_uri,
+            "output_dir": str(ctx.out_dir / "runs" / ctx.parent_run_id),
+            "artifact": m.uri,
+            "audit_run_id": m.producer_run_id,
+            "cache_hit": m.created_at < started,
+            **summary,
+        }
         publish(ctx, results, {f: m.path / f for f in ("summary.md", "matches.parquet")})
         return results
 
@@ -47,12 +60,18 @@ def run_ingest(cfg: PipelineConfig, out: Path | None = None, force: bool = False
     """The ingest stage alone (a real corpus), its artifact in the store or in `out`.
     Raises IncompleteArtifact (carrying the manifest) when shards failed: the others are
     kept, and a rerun redoes only the failed ones."""
-    with parent_run(cfg.out_dir, cfg.experiment, f"ingest:{cfg.ingest.source}", cfg.model_dump(mode="json"),
-                    {tracking.FLOW_TAG: "ingest", "platonic.command": "platonic ingest"},
-                    params={"ingest": cfg.ingest.model_dump(mode="json")}) as ctx:
+    with parent_run(
+        cfg.out_dir,
+        cfg.experiment,
+        f"ingest:{cfg.ingest.source}",
+        cfg.model_dump(mode="json"),
+        {tracking.FLOW_TAG: "ingest", "platonic.command": "platonic ingest"},
+        params={"ingest": cfg.ingest.model_dump(mode="json")},
+    ) as ctx:
         try:
-            m = run_instance(StageInstance("ingest"), cfg, corpus_source(cfg.ingest), FORCE if force else RUN, ctx,
-                             folder=out)
+            m = run_instance(
+                StageInstance("ingest"), cfg, corpus_source(cfg.ingest), FORCE if force else RUN, ctx, folder=out
+            )
         except IncompleteArtifact as e:
             remember_ingest(ctx.store.root, e.manifest.path)
             tracking.log_metrics(ctx.client, ctx.parent_run_id, e.manifest.counts)
@@ -83,8 +102,7 @@ def latest_ingest(out_dir: str) -> Path:
     if not found and outside and (outside[0].parent / "catalog.duckdb").is_file():  # stage incomplete
         return outside[0].parent
     if not found:
-        raise FileNotFoundError(f"no ingest artifact under {Path(out_dir) / 'artifacts' / 'ingest'}; "
-                                "run `platonic ingest` or pass --dir")
+        raise FileNotFoundError(
+            f"no ingest artifact under {Path(out_dir) / 'artifacts' / 'ingest'}; run `platonic ingest` or pass --dir"
+        )
     return max(found)[1]
-
-

@@ -74,9 +74,18 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
     entries = []
     for k, sid in enumerate(sorted(all_scenes)[: 2 * n]):
         idx, scene, _ = all_scenes[sid]
-        Image.fromarray(np.asarray(renders[row[sid], 0])).resize((64, 64), Image.NEAREST).save(kp / "images" / f"{sid}.png")
-        entries.append({"filename": f"{sid}.png", "filepath": "images", "imgid": k, "split": "train" if k < n else "test",
-                        "sentences": [{"raw": recaption(scene, wcfg, scene_rng(seed, idx, 30, j))} for j in range(2)]})
+        Image.fromarray(np.asarray(renders[row[sid], 0])).resize((64, 64), Image.NEAREST).save(
+            kp / "images" / f"{sid}.png"
+        )
+        entries.append(
+            {
+                "filename": f"{sid}.png",
+                "filepath": "images",
+                "imgid": k,
+                "split": "train" if k < n else "test",
+                "sentences": [{"raw": recaption(scene, wcfg, scene_rng(seed, idx, 30, j))} for j in range(2)],
+            }
+        )
     (kp / "dataset_world.json").write_text(json.dumps({"images": entries}))
     texts_all = texts + [x["raw"] for e in entries for x in e["sentences"]]
 
@@ -88,24 +97,60 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
 
     vocab = tok.get_vocab_size()
     paths = {k: out / k for k in ("text-bert", "lm-gpt2", "clip", "dinov2")}
-    BertModel(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(paths["text-bert"])
+    BertModel(
+        BertConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    ).save_pretrained(paths["text-bert"])
     save_tok(paths["text-bert"])
-    GPT2Model(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=128)).save_pretrained(paths["lm-gpt2"])
+    GPT2Model(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=128)).save_pretrained(
+        paths["lm-gpt2"]
+    )
     save_tok(paths["lm-gpt2"])
-    CLIPModel(CLIPConfig(
-        text_config={"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "max_position_embeddings": 128, "pad_token_id": 0,
-                     "bos_token_id": 2, "eos_token_id": 3},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                       "image_size": 32, "patch_size": 8},
-        projection_dim=16,
-    )).save_pretrained(paths["clip"])
+    CLIPModel(
+        CLIPConfig(
+            text_config={
+                "vocab_size": vocab,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "max_position_embeddings": 128,
+                "pad_token_id": 0,
+                "bos_token_id": 2,
+                "eos_token_id": 3,
+            },
+            vision_config={
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "image_size": 32,
+                "patch_size": 8,
+            },
+            projection_dim=16,
+        )
+    ).save_pretrained(paths["clip"])
     save_tok(paths["clip"], model_input_names=["input_ids", "attention_mask"])
     CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(paths["clip"])
-    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                             image_size=32, patch_size=8)).save_pretrained(paths["dinov2"])
-    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(paths["dinov2"])
+    Dinov2Model(
+        Dinov2Config(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            image_size=32,
+            patch_size=8,
+        )
+    ).save_pretrained(paths["dinov2"])
+    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        paths["dinov2"]
+    )
     return {k: str(v) for k, v in {**paths, "prh": prh, "karpathy": kp / "dataset_world.json"}.items()}
 
 
@@ -131,17 +176,30 @@ def build_generation_standins(out: Path, texts: list[str], seed: int = 0) -> dic
     from platonic.core.tokenizer import CLS_ID, PAD_ID, SEP_ID, train_tokenizer
 
     torch.manual_seed(seed)
-    tok = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(texts, 200), pad_token="[PAD]", unk_token="[UNK]",
-                                  bos_token="[CLS]", eos_token="[SEP]", mask_token="[MASK]")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=train_tokenizer(texts, 200),
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        bos_token="[CLS]",
+        eos_token="[SEP]",
+        mask_token="[MASK]",
+    )
     ids = {"vocab_size": len(tok), "bos_token_id": CLS_ID, "eos_token_id": SEP_ID, "pad_token_id": PAD_ID}
     small = {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 512}
     paths = {"lm": Path(out) / "gen-lm", "captioner": Path(out) / "gen-captioner"}
     GPT2LMHeadModel(GPT2Config(**small, **ids)).save_pretrained(paths["lm"])
     tok.save_pretrained(paths["lm"])
     cfg = VisionEncoderDecoderConfig.from_encoder_decoder_configs(
-        ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
-                  patch_size=8),
-        GPT2Config(**small, **ids, add_cross_attention=True, is_decoder=True))
+        ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            image_size=32,
+            patch_size=8,
+        ),
+        GPT2Config(**small, **ids, add_cross_attention=True, is_decoder=True),
+    )
     cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id = CLS_ID, PAD_ID, SEP_ID
     VisionEncoderDecoderModel(cfg).save_pretrained(paths["captioner"])
     tok.save_pretrained(paths["captioner"])

@@ -33,7 +33,11 @@ from pathlib import Path
 
 BUCKET = "platonic-artifacts"
 POOL = "platonic-process"
-S3_KEYS = {"AWS_ACCESS_KEY_ID": "platonic", "AWS_SECRET_ACCESS_KEY": "platonic-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "platonic",
+    "AWS_SECRET_ACCESS_KEY": "platonic-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def free_port() -> int:
@@ -89,9 +93,15 @@ class Stack:
         }
 
     def server_env(self) -> dict[str, str]:
-        return {**os.environ, **S3_KEYS, "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}",
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
-                "PREFECT_HOME": str(self.dir / "prefect-home")}
+        return {
+            **os.environ,
+            **S3_KEYS,
+            "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "PREFECT_HOME": str(self.dir / "prefect-home"),
+        }
 
     def pg_url(self, db: str, driver: str = "postgresql") -> str:
         return f"{driver}://postgres@127.0.0.1:{self.pg_port}/{db}"
@@ -114,8 +124,9 @@ class Stack:
     def spawn(self, name: str, cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = (self.logs / f"{name}.log").open("ab")
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env or self.server_env(), cwd=cwd,
-                             start_new_session=True)  # its own process group: `down` stops its children too
+        p = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env or self.server_env(), cwd=cwd, start_new_session=True
+        )  # its own process group: `down` stops its children too
         self.pids[name] = p.pid
         self.save()
         return p
@@ -133,17 +144,47 @@ class Stack:
         if as_root:
             shutil.chown(pg, "postgres")
         data = pg / "data"
-        subprocess.run([*run_as, _bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-                       check=True, capture_output=True)
-        p = subprocess.run([*run_as, _bin("pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(pg / "postgres.log"),
-                            "-o", f"-p {self.pg_port} -k {pg} -c listen_addresses=127.0.0.1 -c fsync=off "
-                            "-c max_connections=200", "start"], capture_output=True, text=True)
+        subprocess.run(
+            [*run_as, _bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
+            check=True,
+            capture_output=True,
+        )
+        p = subprocess.run(
+            [
+                *run_as,
+                _bin("pg_ctl"),
+                "-D",
+                str(data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(pg / "postgres.log"),
+                "-o",
+                f"-p {self.pg_port} -k {pg} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                "start",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if p.returncode != 0:
             log = (pg / "postgres.log").read_text()[-2000:] if (pg / "postgres.log").exists() else ""
             raise RuntimeError(f"PostgreSQL did not start: {p.stderr.strip()}\n{log}")
         for db in ("prefect", "mlflow"):
-            subprocess.run([_bin("psql"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-c",
-                            f"CREATE DATABASE {db}"], capture_output=True)
+            subprocess.run(
+                [
+                    _bin("psql"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.pg_port),
+                    "-U",
+                    "postgres",
+                    "-c",
+                    f"CREATE DATABASE {db}",
+                ],
+                capture_output=True,
+            )
 
     def start_s3(self) -> None:
         exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
@@ -151,37 +192,93 @@ class Stack:
         wait_http(f"http://127.0.0.1:{self.s3_port}/", "the S3 store (moto)", self.logs / "s3.log", proc=p)
         import boto3
 
-        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.s3_port}", **{
-            k.lower().replace("aws_default_region", "region_name"): v for k, v in S3_KEYS.items()})
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{self.s3_port}",
+            **{k.lower().replace("aws_default_region", "region_name"): v for k, v in S3_KEYS.items()},
+        )
         s3.create_bucket(Bucket=BUCKET)
 
     def start_prefect(self) -> None:
-        env = {**self.server_env(), "PREFECT_API_DATABASE_CONNECTION_URL": self.pg_url("prefect", "postgresql+asyncpg"),
-               "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(self.prefect_port),
-               "PREFECT_UI_ENABLED": "false"}
-        p = self.spawn("prefect-server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                          "--port", str(self.prefect_port), "--no-ui"], env=env)
-        wait_http(f"http://127.0.0.1:{self.prefect_port}/api/health", "prefect server", self.logs / "prefect-server.log",
-                  180, p)
-        subprocess.run([sys.executable, "-m", "prefect", "work-pool", "create", POOL, "--type", "process",
-                        "--overwrite"], env={**self.server_env(), **self.env()}, check=True, capture_output=True)
+        env = {
+            **self.server_env(),
+            "PREFECT_API_DATABASE_CONNECTION_URL": self.pg_url("prefect", "postgresql+asyncpg"),
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+            "PREFECT_SERVER_API_PORT": str(self.prefect_port),
+            "PREFECT_UI_ENABLED": "false",
+        }
+        p = self.spawn(
+            "prefect-server",
+            [
+                sys.executable,
+                "-m",
+                "prefect",
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.prefect_port),
+                "--no-ui",
+            ],
+            env=env,
+        )
+        wait_http(
+            f"http://127.0.0.1:{self.prefect_port}/api/health",
+            "prefect server",
+            self.logs / "prefect-server.log",
+            180,
+            p,
+        )
+        subprocess.run(
+            [sys.executable, "-m", "prefect", "work-pool", "create", POOL, "--type", "process", "--overwrite"],
+            env={**self.server_env(), **self.env()},
+            check=True,
+            capture_output=True,
+        )
 
     def start_mlflow(self) -> None:
-        p = self.spawn("mlflow-server", [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-                                         "--port", str(self.mlflow_port),
-                                         "--backend-store-uri", self.pg_url("mlflow", "postgresql+psycopg2"),
-                                     "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--serve-artifacts",
-                                         "--workers", "2"])
-        wait_http(f"http://127.0.0.1:{self.mlflow_port}/health", "mlflow server", self.logs / "mlflow-server.log", 180, p)
+        p = self.spawn(
+            "mlflow-server",
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.mlflow_port),
+                "--backend-store-uri",
+                self.pg_url("mlflow", "postgresql+psycopg2"),
+                "--artifacts-destination",
+                f"s3://{BUCKET}/mlflow",
+                "--serve-artifacts",
+                "--workers",
+                "2",
+            ],
+        )
+        wait_http(
+            f"http://127.0.0.1:{self.mlflow_port}/health", "mlflow server", self.logs / "mlflow-server.log", 180, p
+        )
 
     def start_worker(self, name: str = "worker", cwd: Path | None = None) -> subprocess.Popen:
         """A process worker of the pool: runs each flow run in a subprocess. Its environment
         holds the endpoints only (artifacts go through the MLflow server)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MLFLOW_S3"))}
-        env.update(self.env(), PREFECT_HOME=str(self.dir / "prefect-home"), DO_NOT_TRACK="1",
-                   MLFLOW_DISABLE_TELEMETRY="true", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
-        return self.spawn(name, [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--name", name,
-                                 "--limit", "4"], env=env, cwd=cwd)
+        env.update(
+            self.env(),
+            PREFECT_HOME=str(self.dir / "prefect-home"),
+            DO_NOT_TRACK="1",
+            MLFLOW_DISABLE_TELEMETRY="true",
+            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        )
+        return self.spawn(
+            name,
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--name", name, "--limit", "4"],
+            env=env,
+            cwd=cwd,
+        )
 
     def stop(self, name: str) -> None:
         pid = self.pids.pop(name, None)

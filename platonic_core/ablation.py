@@ -40,8 +40,14 @@ class Cell:
     steps: int | None = None  # scaling cells: the model's budget
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "row": self.row, "seed": self.seed, "steps": self.steps,
-                "config": self.cfg.model_dump(mode="json")}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "row": self.row,
+            "seed": self.seed,
+            "steps": self.steps,
+            "config": self.cfg.model_dump(mode="json"),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Cell:
@@ -52,8 +58,9 @@ def _yaml_value(v) -> str:
     return json.dumps(v)  # JSON is YAML: lists and strings survive `--set` parsing
 
 
-def load_ablation(path: str | Path, overrides: list[str] | None = None, base_overrides: list[str] | None = None,
-                  quick: bool = False) -> tuple[AblationConfig, list[Cell]]:
+def load_ablation(
+    path: str | Path, overrides: list[str] | None = None, base_overrides: list[str] | None = None, quick: bool = False
+) -> tuple[AblationConfig, list[Cell]]:
     """Read an ablation recipe (`overrides` apply to it) and plan its cells (`base_overrides`
     apply to the base pipeline recipe of every cell, after the recipe's own `set`/`quick`)."""
     raw, origin = read_recipe(path)
@@ -64,8 +71,13 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
 
     def make(name, kind, row, seed, extra, steps=None):
         r = abl.rows[row]
-        cell_set = [*shared, f"seed={seed}", f"views.good_sources={_yaml_value(r.good_sources)}",
-                    f"views.text_sources={_yaml_value(r.text_sources)}", *extra]
+        cell_set = [
+            *shared,
+            f"seed={seed}",
+            f"views.good_sources={_yaml_value(r.good_sources)}",
+            f"views.text_sources={_yaml_value(r.text_sources)}",
+            *extra,
+        ]
         try:
             cfg = validate_recipe(base_raw, base_origin, cell_set)
         except ConfigError as e:
@@ -74,9 +86,11 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
             per_image = {"alt": 1, "recap": cfg.positives.recaptions, "paraphrase": cfg.positives.paraphrases}
             have = sum(per_image[k] for k in r.good_sources)
             if have < cfg.views.n_views:
-                raise ConfigError(f"{origin}: row {row!r}: good views need {cfg.views.n_views} texts per image, but "
-                                  f"{'+'.join(r.good_sources)} give {have} (positives: {cfg.positives.recaptions} "
-                                  f"recaptions, {cfg.positives.paraphrases} paraphrases per image)")
+                raise ConfigError(
+                    f"{origin}: row {row!r}: good views need {cfg.views.n_views} texts per image, but "
+                    f"{'+'.join(r.good_sources)} give {have} (positives: {cfg.positives.recaptions} "
+                    f"recaptions, {cfg.positives.paraphrases} paraphrases per image)"
+                )
         cells.append(Cell(name, kind, row, seed, cfg, steps))
         return cfg
 
@@ -84,8 +98,13 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
     curve_set = [f"train.models.{m}.snapshots={eff.snapshots}" for m in (eff.model, eff.reference)] if eff else []
     for seed in abl.seeds:
         for row in abl.rows:
-            cfg = make(f"{row}/seed={seed}", "grid", row, seed,
-                       [f"evaluate.text_models={_yaml_value(abl.columns)}", *curve_set])
+            cfg = make(
+                f"{row}/seed={seed}",
+                "grid",
+                row,
+                seed,
+                [f"evaluate.text_models={_yaml_value(abl.columns)}", *curve_set],
+            )
     for m in abl.columns:
         kind = cfg.train.models[m].kind
         if kind == "image_jepa":
@@ -97,13 +116,25 @@ def load_ablation(path: str | Path, overrides: list[str] | None = None, base_ove
         unset = [f"train.models.{sc.model}.samples=null"] if cfg.train.models[sc.model].samples else []
         fit_steps = sorted({max(1, round(f * full)) for f in sc.fit_fractions})
         if len(fit_steps) < 3:
-            raise ConfigError(f"{origin}: scaling.fit_fractions {sc.fit_fractions} of {full} steps give fewer "
-                              f"than 3 distinct budgets {fit_steps}")
+            raise ConfigError(
+                f"{origin}: scaling.fit_fractions {sc.fit_fractions} of {full} steps give fewer "
+                f"than 3 distinct budgets {fit_steps}"
+            )
         for seed in abl.seeds:
             for steps in fit_steps:
-                make(f"scaling/{sc.row}/steps={steps}/seed={seed}", "scaling", sc.row, seed,
-                     [f"evaluate.text_models={_yaml_value([sc.model])}", f"train.models.{sc.model}.steps={steps}",
-                      f"train.models.{sc.model}.snapshots=0", *unset], steps)
+                make(
+                    f"scaling/{sc.row}/steps={steps}/seed={seed}",
+                    "scaling",
+                    sc.row,
+                    seed,
+                    [
+                        f"evaluate.text_models={_yaml_value([sc.model])}",
+                        f"train.models.{sc.model}.steps={steps}",
+                        f"train.models.{sc.model}.snapshots=0",
+                        *unset,
+                    ],
+                    steps,
+                )
     return abl, cells
 
 
@@ -132,15 +163,31 @@ def cell_records(results: list[CellResult]) -> list[dict]:
             if m in r.curve_dirs:
                 curve = json.loads((r.curve_dirs[m] / "curve.json").read_text())
             rot = s.get("procrustes", {})
-            records.append({
-                "cell": r.cell.name, "kind": r.cell.kind, "row": r.cell.row, "seed": r.cell.seed, "column": m,
-                "steps": mcfg.total_steps, "samples": mcfg.total_steps * mcfg.batch_size,
-                "texts_per_sample": mcfg.n_views if mcfg.views == "good" else 1,
-                "mutual_knn": s["mutual_knn"], "ci95_eval": s["ci95"], "layer_a": s["layer_a"], "layer_b": s["layer_b"],
-                "t2i_R@1": rot.get("t2i_R@1"), "i2t_R@1": rot.get("i2t_R@1"), "heldout_residual": rot.get("heldout_residual"),
-                "chance": scores["chance"], "n": scores["n"], "curve": curve,
-                "runs": {k: v for k, v in r.runs.items() if k in (f"train:{m}", f"embed:{m}", "evaluate", f"curve:{m}")},
-            })
+            records.append(
+                {
+                    "cell": r.cell.name,
+                    "kind": r.cell.kind,
+                    "row": r.cell.row,
+                    "seed": r.cell.seed,
+                    "column": m,
+                    "steps": mcfg.total_steps,
+                    "samples": mcfg.total_steps * mcfg.batch_size,
+                    "texts_per_sample": mcfg.n_views if mcfg.views == "good" else 1,
+                    "mutual_knn": s["mutual_knn"],
+                    "ci95_eval": s["ci95"],
+                    "layer_a": s["layer_a"],
+                    "layer_b": s["layer_b"],
+                    "t2i_R@1": rot.get("t2i_R@1"),
+                    "i2t_R@1": rot.get("i2t_R@1"),
+                    "heldout_residual": rot.get("heldout_residual"),
+                    "chance": scores["chance"],
+                    "n": scores["n"],
+                    "curve": curve,
+                    "runs": {
+                        k: v for k, v in r.runs.items() if k in (f"train:{m}", f"embed:{m}", "evaluate", f"curve:{m}")
+                    },
+                }
+            )
     return records
 
 
@@ -150,8 +197,13 @@ def grid_table(cells: dict) -> dict:
     grid = [r for r in cells["records"] if r["kind"] == "grid"]
     out: dict = {}
     for metric in ("mutual_knn", "t2i_R@1", "heldout_residual"):
-        out[metric] = {row: {col: mean_ci([r[metric] for r in grid if r["row"] == row and r["column"] == col], conf)
-                             for col in cells["columns"]} for row in cells["rows"]}
+        out[metric] = {
+            row: {
+                col: mean_ci([r[metric] for r in grid if r["row"] == row and r["column"] == col], conf)
+                for col in cells["columns"]
+            }
+            for row in cells["rows"]
+        }
     return out
 
 
@@ -191,13 +243,27 @@ def text_rotations(abl: AblationConfig, results: list[CellResult]) -> list[dict]
                 b = load_features(by[(rb, seed)].embed_dirs[col] / "features.npz")
                 s = alignment(a, b, n_boot=0, k=by[(ra, seed)].cell.cfg.evaluate.k)
                 rot = rotation_fit(a[s.layer_a], b[s.layer_b], seed=seed)
-                per_seed.append({"seed": seed, "mutual_knn": s.score, "t2i_R@1": rot["t2i_R@1"],
-                                 "heldout_residual": rot["heldout_residual"]})
+                per_seed.append(
+                    {
+                        "seed": seed,
+                        "mutual_knn": s.score,
+                        "t2i_R@1": rot["t2i_R@1"],
+                        "heldout_residual": rot["heldout_residual"],
+                    }
+                )
             sources = [set(_sources(abl, row, col, by)) for row in (ra, rb)]
-            out.append({"column": col, "rows": [ra, rb], "disjoint_sources": not (sources[0] & sources[1]),
-                        "per_seed": per_seed,
-                        **{k: mean_ci([p[k] for p in per_seed], abl.confidence)
-                           for k in ("mutual_knn", "t2i_R@1", "heldout_residual")}})
+            out.append(
+                {
+                    "column": col,
+                    "rows": [ra, rb],
+                    "disjoint_sources": not (sources[0] & sources[1]),
+                    "per_seed": per_seed,
+                    **{
+                        k: mean_ci([p[k] for p in per_seed], abl.confidence)
+                        for k in ("mutual_knn", "t2i_R@1", "heldout_residual")
+                    },
+                }
+            )
     return out
 
 
@@ -217,8 +283,11 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
     for row in abl.rows:
         per_seed = []
         for seed in abl.seeds:
-            cur = {r["column"]: r for r in records
-                   if r["kind"] == "grid" and r["row"] == row and r["seed"] == seed and r["curve"]}
+            cur = {
+                r["column"]: r
+                for r in records
+                if r["kind"] == "grid" and r["row"] == row and r["seed"] == seed and r["curve"]
+            }
             if eff.model not in cur or eff.reference not in cur:
                 continue
             ref, mod = cur[eff.reference]["curve"], cur[eff.model]["curve"]
@@ -230,16 +299,25 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
             pts = mod["points"]
             needed, status = samples_to_reach([p["samples"] for p in pts], [p["mutual_knn"] for p in pts], target)
             ratio = ref["points"][-1]["samples"] / needed if needed else None
-            per_seed.append({
-                "seed": seed, "target": target, "reference_gain": reference_gain,
-                "reference_samples": ref["points"][-1]["samples"],
-                "samples_needed": needed, "status": status, "sample_ratio": ratio,
-                "text_ratio": ratio * ref["texts_per_sample"] / mod["texts_per_sample"] if ratio else None,
-            })
+            per_seed.append(
+                {
+                    "seed": seed,
+                    "target": target,
+                    "reference_gain": reference_gain,
+                    "reference_samples": ref["points"][-1]["samples"],
+                    "samples_needed": needed,
+                    "status": status,
+                    "sample_ratio": ratio,
+                    "text_ratio": ratio * ref["texts_per_sample"] / mod["texts_per_sample"] if ratio else None,
+                }
+            )
         reached = [p for p in per_seed if p["status"] == "reached"]
-        summary = {"per_seed": per_seed, "seeds_reached": len(reached),
-                   "seeds_by_first_checkpoint": sum(p["status"] == "by_first" for p in per_seed),
-                   "seeds_not_reached": sum(p["status"] == "not_reached" for p in per_seed)}
+        summary = {
+            "per_seed": per_seed,
+            "seeds_reached": len(reached),
+            "seeds_by_first_checkpoint": sum(p["status"] == "by_first" for p in per_seed),
+            "seeds_not_reached": sum(p["status"] == "not_reached" for p in per_seed),
+        }
         summary["reference_gain"] = mean_ci([p["reference_gain"] for p in per_seed], abl.confidence)
         bounded = [p for p in per_seed if p["status"] != "not_reached"]
         if per_seed and len(bounded) == len(per_seed):
@@ -248,11 +326,18 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
             exact = len(reached) == len(per_seed)
             for key in ("sample_ratio", "text_ratio"):
                 logs = mean_ci([math.log(p[key]) for p in bounded], abl.confidence)
-                summary[key] = {"geomean": math.exp(logs["mean"]), "n": logs["n"], "lower_bound": not exact,
-                                "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]]}
+                summary[key] = {
+                    "geomean": math.exp(logs["mean"]),
+                    "n": logs["n"],
+                    "lower_bound": not exact,
+                    "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]],
+                }
             logs = mean_ci([math.log(p["samples_needed"]) for p in bounded], abl.confidence)
-            summary["samples_needed"] = {"geomean": math.exp(logs["mean"]), "upper_bound": not exact,
-                                         "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]]}
+            summary["samples_needed"] = {
+                "geomean": math.exp(logs["mean"]),
+                "upper_bound": not exact,
+                "ci": [math.exp(x) if x is not None and exact else None for x in logs["ci"]],
+            }
         out[row] = summary
     return {"model": eff.model, "reference": eff.reference, "rows": out}
 
@@ -261,25 +346,40 @@ def scaling_check(abl: AblationConfig, records: list[dict]) -> dict:
     """Fit the law on the scaling cells (finished runs at smaller budgets) and predict the
     grid's own full-budget runs, which the fit never saw: error against seed noise."""
     sc = abl.scaling
-    fit = [(r["seed"], r["samples"], r["mutual_knn"]) for r in records
-           if r["kind"] == "scaling" and r["row"] == sc.row and r["column"] == sc.model]
+    fit = [
+        (r["seed"], r["samples"], r["mutual_knn"])
+        for r in records
+        if r["kind"] == "scaling" and r["row"] == sc.row and r["column"] == sc.model
+    ]
     held = [r for r in records if r["kind"] == "grid" and r["row"] == sc.row and r["column"] == sc.model]
     at = held[0]["samples"]
     f = forecast(fit, at, abl.confidence)
     actual = [r["mutual_knn"] for r in held]
     stats = mean_ci(actual, abl.confidence)
     lo, hi = f["interval"]
-    return {**f, "model": sc.model, "row": sc.row, "heldout_actual": actual, "heldout_mean": stats["mean"],
-            "heldout_seed_std": stats["std"], "error": f["prediction"] - stats["mean"],
-            "within_seed_noise": abs(f["prediction"] - stats["mean"]) <= (stats["std"] or 0.0),
-            "heldout_in_interval": sum(lo <= a <= hi for a in actual), "heldout_runs": len(actual),
-            "fit_points": [{"seed": s, "samples": n, "mutual_knn": y} for s, n, y in fit]}
+    return {
+        **f,
+        "model": sc.model,
+        "row": sc.row,
+        "heldout_actual": actual,
+        "heldout_mean": stats["mean"],
+        "heldout_seed_std": stats["std"],
+        "error": f["prediction"] - stats["mean"],
+        "within_seed_noise": abs(f["prediction"] - stats["mean"]) <= (stats["std"] or 0.0),
+        "heldout_in_interval": sum(lo <= a <= hi for a in actual),
+        "heldout_runs": len(actual),
+        "fit_points": [{"seed": s, "samples": n, "mutual_knn": y} for s, n, y in fit],
+    }
 
 
 def grid_metrics(summary: dict) -> dict[str, float]:
     """The grid's cell means as flat MLflow metrics: mutual_knn/<row>/<column>."""
-    return {f"mutual_knn/{row}/{col}": s["mean"] for row, cols in summary["table"]["mutual_knn"].items()
-            for col, s in cols.items() if s["mean"] is not None}
+    return {
+        f"mutual_knn/{row}/{col}": s["mean"]
+        for row, cols in summary["table"]["mutual_knn"].items()
+        for col, s in cols.items()
+        if s["mean"] is not None
+    }
 
 
 def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict:
@@ -287,12 +387,21 @@ def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict
     from .report import ablation_table, curves_plot, scaling_plot
 
     records = cell_records(results)
-    cells = {"name": abl.name, "confidence": abl.confidence, "seeds": abl.seeds, "k": results[0].cell.cfg.evaluate.k,
-             "rows": {k: r.label or k for k, r in abl.rows.items()}, "columns": abl.columns,
-             "column_views": {c: results[0].cell.cfg.train.models[c].views for c in abl.columns},
-             "records": records}
-    summary = {"table": grid_table(cells), "differences": paired_differences(cells),
-               "rotations": text_rotations(abl, results)}
+    cells = {
+        "name": abl.name,
+        "confidence": abl.confidence,
+        "seeds": abl.seeds,
+        "k": results[0].cell.cfg.evaluate.k,
+        "rows": {k: r.label or k for k, r in abl.rows.items()},
+        "columns": abl.columns,
+        "column_views": {c: results[0].cell.cfg.train.models[c].views for c in abl.columns},
+        "records": records,
+    }
+    summary = {
+        "table": grid_table(cells),
+        "differences": paired_differences(cells),
+        "rotations": text_rotations(abl, results),
+    }
     if abl.efficiency:
         summary["efficiency"] = efficiency(abl, records)
         curves_plot(cells, summary["efficiency"], out / "curves.png")
@@ -310,14 +419,18 @@ def forecast_from_cells(cells: dict, model: str, row: str, samples: float | None
     the other budgets (default: the largest budget, whose runs are held out and shown)."""
     runs = [r for r in cells["records"] if r["column"] == model and r["row"] == row]
     if not runs:
-        raise ValueError(f"no finished runs of model {model!r} in row {row!r} "
-                         f"(columns: {cells['columns']}, rows: {list(cells['rows'])})")
+        raise ValueError(
+            f"no finished runs of model {model!r} in row {row!r} "
+            f"(columns: {cells['columns']}, rows: {list(cells['rows'])})"
+        )
     budgets = sorted({r["samples"] for r in runs})
     at = float(samples if samples is not None else budgets[-1])
     fit = [(r["seed"], r["samples"], r["mutual_knn"]) for r in runs if r["samples"] != at]
     if len({n for _, n, _ in fit}) < 3:
-        raise ValueError(f"{model!r} in {row!r} has finished runs at {len(budgets)} budgets {budgets}; the law needs "
-                         "3 budgets besides the one predicted (add a `scaling:` section to the recipe)")
+        raise ValueError(
+            f"{model!r} in {row!r} has finished runs at {len(budgets)} budgets {budgets}; the law needs "
+            "3 budgets besides the one predicted (add a `scaling:` section to the recipe)"
+        )
     f = forecast(fit, at, cells["confidence"])
     actual = [r["mutual_knn"] for r in runs if r["samples"] == at]
     f.update({"model": model, "row": row, "actual": actual})

@@ -54,12 +54,23 @@ class Manifest:
         return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)
 
     @classmethod
-    def external(cls, name: str, uri: str, digest: str, counts: dict[str, int],
-                 schema: dict[str, Any] | None = None) -> Manifest:
+    def external(
+        cls, name: str, uri: str, digest: str, counts: dict[str, int], schema: dict[str, Any] | None = None
+    ) -> Manifest:
         """A manifest for an input no stage produced (a corpus, eval sets): the cache key,
         MLflow inputs and lineage treat it like any upstream artifact."""
-        return cls(stage=name, stage_version=0, cache_key=digest[:16], uri=uri, digest=digest, counts=counts,
-                   schema=schema or {}, config={}, upstream={}, upstream_digests={})
+        return cls(
+            stage=name,
+            stage_version=0,
+            cache_key=digest[:16],
+            uri=uri,
+            digest=digest,
+            counts=counts,
+            schema=schema or {},
+            config={},
+            upstream={},
+            upstream_digests={},
+        )
 
     @classmethod
     def read(cls, folder: Path) -> Manifest:

@@ -52,8 +52,10 @@ def materialize_evalset(cfg: EvalSetConfig, out: Path) -> dict[str, int]:
         buf = io.BytesIO()
         ev.image(i).save(buf, format="PNG")
         pngs.append(buf.getvalue())
-    pq.write_table(pa.table({"image_id": cap_img, "caption_index": pa.array(cap_idx, pa.int32()), "caption": caps}),
-                   out / "captions.parquet")
+    pq.write_table(
+        pa.table({"image_id": cap_img, "caption_index": pa.array(cap_idx, pa.int32()), "caption": caps}),
+        out / "captions.parquet",
+    )
     pq.write_table(pa.table({"image_id": ev.image_ids[:n], "png": pa.array(pngs, pa.binary())}), out / "images.parquet")
     return {"images": n, "captions": len(caps)}
 
@@ -61,7 +63,10 @@ def materialize_evalset(cfg: EvalSetConfig, out: Path) -> dict[str, int]:
 def _images(evalset_dir: Path) -> list:
     from PIL import Image
 
-    return [Image.open(io.BytesIO(b)).convert("RGB") for b in pq.read_table(evalset_dir / "images.parquet")["png"].to_pylist()]
+    return [
+        Image.open(io.BytesIO(b)).convert("RGB")
+        for b in pq.read_table(evalset_dir / "images.parquet")["png"].to_pylist()
+    ]
 
 
 def _checkpoint(path: Path):
@@ -84,19 +89,23 @@ def embed_model(cfg: FeatureModelConfig, modality: str, evalset_dir: Path, out: 
     if modality == "text":
         texts = pq.read_table(evalset_dir / "captions.parquet")["caption"].to_pylist()
         if cfg.source == "hf":
-            layers = hf_text_layer_features(cfg.id, texts, cfg.pooling, cfg.batch_size, cfg.revision, cfg.dtype,
-                                            cfg.trust_remote_code)
+            layers = hf_text_layer_features(
+                cfg.id, texts, cfg.pooling, cfg.batch_size, cfg.revision, cfg.dtype, cfg.trust_remote_code
+            )
         else:
             model, mcfg = _checkpoint(Path(cfg.id))
             if mcfg.kind == "image_jepa":
                 raise ValueError(f"{cfg.id}: an image model cannot embed texts")
             max_len = json.loads((Path(cfg.id) / "model.json").read_text())["max_len"]
-            layers = text_layer_features(model, load_tokenizer(Path(cfg.id) / "tokenizer.json"), texts, max_len,
-                                         cfg.batch_size)
+            layers = text_layer_features(
+                model, load_tokenizer(Path(cfg.id) / "tokenizer.json"), texts, max_len, cfg.batch_size
+            )
     else:
         images = _images(evalset_dir)
         if cfg.source == "hf":
-            layers = hf_image_layer_features(cfg.id, images, cfg.batch_size, cfg.revision, cfg.dtype, cfg.trust_remote_code)
+            layers = hf_image_layer_features(
+                cfg.id, images, cfg.batch_size, cfg.revision, cfg.dtype, cfg.trust_remote_code
+            )
         else:
             model, mcfg = _checkpoint(Path(cfg.id))
             if mcfg.kind != "image_jepa":
@@ -113,7 +122,9 @@ def _caption_rows(evalset_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(t["image_id"]), np.asarray(t["caption_index"])
 
 
-def compare_grid(features: dict[tuple[str, str], Path], cfg: CompareConfig, out: Path, evalsets: dict[str, Path]) -> dict:
+def compare_grid(
+    features: dict[tuple[str, str], Path], cfg: CompareConfig, out: Path, evalsets: dict[str, Path]
+) -> dict:
     """features[(model, eval set)] -> folder with features.npz; mutual kNN of every
     text x vision pair per eval set (first caption of each image), and retrieval through one
     fitted map (Flickr protocol) for the `retrieval` entries, at the best mutual-kNN layer pair."""
@@ -130,15 +141,18 @@ def compare_grid(features: dict[tuple[str, str], Path], cfg: CompareConfig, out:
         for t in cfg.text_models:
             text = [a[first == 0] for a in feats(t, ev)]
             for v in cfg.vision_models:
-                s = alignment(text, feats(v, ev),
-                              k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap)
+                s = alignment(
+                    text, feats(v, ev), k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap
+                )
                 scores.setdefault(ev, {}).setdefault(t, {})[v] = s.as_dict()
     retrieval_scores = {}
     for r in cfg.retrieval:
         fit_owner, _ = _caption_rows(evalsets[r.fit])
         ev_owner, _ = _caption_rows(evalsets[r.eval])
         fit_images = pq.read_table(evalsets[r.fit] / "images.parquet", columns=["image_id"])["image_id"].to_pylist()
-        ev_images = np.asarray(pq.read_table(evalsets[r.eval] / "images.parquet", columns=["image_id"])["image_id"].to_pylist())
+        ev_images = np.asarray(
+            pq.read_table(evalsets[r.eval] / "images.parquet", columns=["image_id"])["image_id"].to_pylist()
+        )
         pos = {i: k for k, i in enumerate(fit_images)}
         for t in cfg.text_models:
             for v in cfg.vision_models:
@@ -148,7 +162,9 @@ def compare_grid(features: dict[tuple[str, str], Path], cfg: CompareConfig, out:
                 paired = im_fit[[pos[i] for i in fit_owner]]  # every caption with its image
                 for kind in r.maps:
                     res = retrieval(tx_fit, paired, tx_ev, im_ev, ev_owner, ev_images, kind=kind)
-                    retrieval_scores.setdefault(f"{r.fit}->{r.eval}", {}).setdefault(t, {}).setdefault(v, {})[kind] = res
+                    retrieval_scores.setdefault(f"{r.fit}->{r.eval}", {}).setdefault(t, {}).setdefault(v, {})[kind] = (
+                        res
+                    )
     result = {"metric": "mutual_knn", "k": cfg.k, "scores": scores, "retrieval": retrieval_scores}
     (out / "scores.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(compare_table(result, list(cfg.vision_models)))
@@ -169,11 +185,18 @@ def compare_table(result: dict, vision: list[str]) -> str:
                 cells.append(f"{s['mutual_knn']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]")
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
     for name, grid in result.get("retrieval", {}).items():
-        lines += ["", f"Retrieval {name} (one map fitted on the first set): R@1 / R@5 text→image, image→text", "",
-                  "| text model | vision | map | t→i R@1 | t→i R@5 | i→t R@1 | i→t R@5 |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Retrieval {name} (one map fitted on the first set): R@1 / R@5 text→image, image→text",
+            "",
+            "| text model | vision | map | t→i R@1 | t→i R@5 | i→t R@1 | i→t R@5 |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for t, vs in grid.items():
             for v, maps in vs.items():
                 for kind, r in maps.items():
-                    lines.append(f"| {t} | {v} | {kind} | {r['t2i_R@1']:.3f} | {r['t2i_R@5']:.3f} "
-                                 f"| {r['i2t_R@1']:.3f} | {r['i2t_R@5']:.3f} |")
+                    lines.append(
+                        f"| {t} | {v} | {kind} | {r['t2i_R@1']:.3f} | {r['t2i_R@5']:.3f} "
+                        f"| {r['i2t_R@1']:.3f} | {r['i2t_R@5']:.3f} |"
+                    )
     return "\n".join(lines) + "\n"

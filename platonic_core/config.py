@@ -116,8 +116,10 @@ class PromptsConfig(Section):
     the recaption prompt goes with the image. Their sha256 is in every generated row."""
 
     recaption: str = "Describe this image in one detailed sentence."
-    paraphrase: str = ("Paraphrase this image caption in one sentence. Keep its meaning; do not add details.\n"
-                       "Caption: {text}\nParaphrase:")
+    paraphrase: str = (
+        "Paraphrase this image caption in one sentence. Keep its meaning; do not add details.\n"
+        "Caption: {text}\nParaphrase:"
+    )
 
     @model_validator(mode="after")
     def _check_placeholder(self) -> PromptsConfig:
@@ -237,9 +239,11 @@ class DedupConfig(MatchConfig):
             raise ValueError(f"remove: level {missing[0]!r} is not audited (levels: {self.levels})")
         # a looser level's matches include the stricter ones': removing it removes those too
         order = [lv for lv in ("exact", "near", "embed") if lv in self.levels]
-        if self.remove and sorted(self.remove, key=order.index) != order[:len(self.remove)]:
-            raise ValueError(f"remove must list the audited levels from the strictest on, e.g. [exact] or "
-                             f"[exact, near] (got {self.remove})")
+        if self.remove and sorted(self.remove, key=order.index) != order[: len(self.remove)]:
+            raise ValueError(
+                f"remove must list the audited levels from the strictest on, e.g. [exact] or "
+                f"[exact, near] (got {self.remove})"
+            )
         return self
 
 
@@ -312,7 +316,9 @@ class ModelConfig(Section):
     optim: OptimConfig = OptimConfig()
     # ---- how it runs at scale (defaults keep the demo's behaviour bit for bit) ----
     # size preset (platonic_core/models/presets.py); `custom` = width/layers/heads above
-    preset: Literal["custom", "bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large"] = "custom"
+    preset: Literal["custom", "bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large"] = (
+        "custom"
+    )
     # budget in samples (the paper's 21.6M / 900M); when set, steps = ceil(samples / batch_size)
     samples: int | None = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -337,9 +343,7 @@ class ModelConfig(Section):
     def _check_views(self) -> ModelConfig:
         allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text"}, "image_jepa": {"renders"}}
         if self.views not in allowed[self.kind]:
-            raise ValueError(
-                f"kind {self.kind!r} trains on views {sorted(allowed[self.kind])}, not {self.views!r}"
-            )
+            raise ValueError(f"kind {self.kind!r} trains on views {sorted(allowed[self.kind])}, not {self.views!r}")
         if self.width % self.heads:
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
         if self.preset != "custom" and self.kind == "image_jepa":
@@ -398,8 +402,11 @@ class ServicesConfig(Section):
     s3_endpoint_url: str | None = None  # MLFLOW_S3_ENDPOINT_URL (credentials: AWS_* variables only)
 
     def variables(self) -> dict[str, str | None]:
-        return {"PREFECT_API_URL": self.prefect_api_url, "MLFLOW_TRACKING_URI": self.mlflow_tracking_uri,
-                "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint_url}
+        return {
+            "PREFECT_API_URL": self.prefect_api_url,
+            "MLFLOW_TRACKING_URI": self.mlflow_tracking_uri,
+            "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint_url,
+        }
 
 
 class FanoutConfig(Section):
@@ -651,8 +658,9 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
     return raw, origin
 
 
-def validate_recipe(raw: dict[str, Any], origin: str, overrides: list[str] | None = None,
-                    model: type[Section] | None = None):
+def validate_recipe(
+    raw: dict[str, Any], origin: str, overrides: list[str] | None = None, model: type[Section] | None = None
+):
     """Apply `--set` overrides to a raw recipe and validate it as `model` (default: pipeline)."""
     raw = apply_overrides(raw, overrides or [])
     try:

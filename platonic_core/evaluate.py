@@ -33,8 +33,13 @@ def rotation_fit(text: np.ndarray, image: np.ndarray, seed: int = 0) -> dict[str
     return retrieval(text[fit], image[fit], text[held], image[held], ids[held], ids[held], kind="procrustes")
 
 
-def run_evaluate(embeds: dict[str, Path], cfg: EvaluateConfig, out: Path, labels: dict[str, str] | None = None,
-                 views: dict[str, str] | None = None) -> dict:
+def run_evaluate(
+    embeds: dict[str, Path],
+    cfg: EvaluateConfig,
+    out: Path,
+    labels: dict[str, str] | None = None,
+    views: dict[str, str] | None = None,
+) -> dict:
     ids = {m: pq.read_table(d / "ids.parquet")["image_id"].to_pylist() for m, d in embeds.items()}
     ref = ids[cfg.image_model]
     for m, i in ids.items():
@@ -44,24 +49,38 @@ def run_evaluate(embeds: dict[str, Path], cfg: EvaluateConfig, out: Path, labels
     scores = {}
     for m in cfg.text_models:
         text = load_features(embeds[m] / "features.npz")
-        s = alignment(text, image, k=cfg.k, clamp_q=cfg.clamp_quantile,
-                      layers=cfg.layers, n_boot=cfg.bootstrap)
-        scores[m] = {**s.as_dict(), "per_layer": s.per_layer,
-                     "procrustes": rotation_fit(text[s.layer_a], image[s.layer_b])}
+        s = alignment(text, image, k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap)
+        scores[m] = {
+            **s.as_dict(),
+            "per_layer": s.per_layer,
+            "procrustes": rotation_fit(text[s.layer_a], image[s.layer_b]),
+        }
     chance = cfg.k / (len(ref) - 1)
-    result = {"metric": "mutual_knn", "k": cfg.k, "image_model": cfg.image_model, "n": len(ref),
-              "chance": chance, "models": scores, "labels": labels or {}, "views": views or {}}
+    result = {
+        "metric": "mutual_knn",
+        "k": cfg.k,
+        "image_model": cfg.image_model,
+        "n": len(ref),
+        "chance": chance,
+        "models": scores,
+        "labels": labels or {},
+        "views": views or {},
+    }
     (out / "scores.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(alignment_table(result))
     alignment_plot(result, out / "alignment.png")
     return {f"mutual_knn_{m}": s["mutual_knn"] for m, s in scores.items()} | {"chance": chance, "n": len(ref)}
 
 
-
-
-
-def run_curve(model_cfg: ModelConfig, train_dir: Path, ingest_dir: Path, image_embed_dir: Path, cfg: EvaluateConfig, out: Path,
-              batch_size: int = 256) -> dict:
+def run_curve(
+    model_cfg: ModelConfig,
+    train_dir: Path,
+    ingest_dir: Path,
+    image_embed_dir: Path,
+    cfg: EvaluateConfig,
+    out: Path,
+    batch_size: int = 256,
+) -> dict:
     """Alignment along one run: the model's eval-caption features at every saved snapshot
     (and the final weights) scored against the image features, as in `run_evaluate` but with
     no bootstrap (the curve's spread comes from seeds). Writes curve.json."""
@@ -72,14 +91,36 @@ def run_curve(model_cfg: ModelConfig, train_dir: Path, ingest_dir: Path, image_e
     model = load_checkpoint(train_dir, model_cfg)
     weights = sorted((train_dir / "snapshots").glob("step_*.safetensors")) if (train_dir / "snapshots").is_dir() else []
     points = []
-    for steps, path in [*((int(p.stem.split("_")[1]), p) for p in weights), (model_cfg.total_steps, train_dir / "model.safetensors")]:
+    for steps, path in [
+        *((int(p.stem.split("_")[1]), p) for p in weights),
+        (model_cfg.total_steps, train_dir / "model.safetensors"),
+    ]:
         load_model(model, str(path))
-        s = alignment(checkpoint_text_features(model.eval(), train_dir, texts, batch_size), image, k=cfg.k,
-                      clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=0)
-        points.append({"steps": steps, "samples": steps * model_cfg.batch_size, "mutual_knn": s.score,
-                       "layer_a": s.layer_a, "layer_b": s.layer_b})
+        s = alignment(
+            checkpoint_text_features(model.eval(), train_dir, texts, batch_size),
+            image,
+            k=cfg.k,
+            clamp_q=cfg.clamp_quantile,
+            layers=cfg.layers,
+            n_boot=0,
+        )
+        points.append(
+            {
+                "steps": steps,
+                "samples": steps * model_cfg.batch_size,
+                "mutual_knn": s.score,
+                "layer_a": s.layer_a,
+                "layer_b": s.layer_b,
+            }
+        )
     texts_per_sample = model_cfg.n_views if model_cfg.kind == "text_jepa" and model_cfg.views == "good" else 1
-    curve = {"kind": model_cfg.kind, "views": model_cfg.views, "batch_size": model_cfg.batch_size,
-             "texts_per_sample": texts_per_sample, "n": len(ids), "points": points}
+    curve = {
+        "kind": model_cfg.kind,
+        "views": model_cfg.views,
+        "batch_size": model_cfg.batch_size,
+        "texts_per_sample": texts_per_sample,
+        "n": len(ids),
+        "points": points,
+    }
     (out / "curve.json").write_text(json.dumps(curve, indent=1))
     return {"points": len(points), "final_mutual_knn": points[-1]["mutual_knn"]}

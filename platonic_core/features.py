@@ -23,8 +23,14 @@ if TYPE_CHECKING:
 
 
 @torch.no_grad()
-def text_layer_features(model: torch.nn.Module, tok, texts: list[str], max_len: int, batch_size: int = 256,
-                        specials: dict[str, int] | None = None) -> list[np.ndarray]:
+def text_layer_features(
+    model: torch.nn.Module,
+    tok,
+    texts: list[str],
+    max_len: int,
+    batch_size: int = 256,
+    specials: dict[str, int] | None = None,
+) -> list[np.ndarray]:
     chunks: list[list[torch.Tensor]] = []
     for s in range(0, len(texts), batch_size):
         ids, mask = encode(tok, texts[s : s + batch_size], max_len, specials)
@@ -49,8 +55,11 @@ def _parquet_layers(path: Path) -> list[np.ndarray]:
     """A Parquet of features: list-valued columns are layers (one row per sample, in column
     order); otherwise the numeric columns together are one (N, D) layer."""
     t = pq.read_table(path)
-    list_cols = [f.name for f in t.schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
-                 or pa.types.is_large_list(f.type)]
+    list_cols = [
+        f.name
+        for f in t.schema
+        if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type) or pa.types.is_large_list(f.type)
+    ]
     if list_cols:
         layers = []
         for c in list_cols:
@@ -98,8 +107,9 @@ def eval_captions(ingest_dir: Path) -> tuple[list[str], list[str]]:
     return [i for i, _ in pairs], [x for _, x in pairs]
 
 
-def checkpoint_text_features(model: torch.nn.Module, checkpoint_dir: Path, texts: list[str],
-                             batch_size: int = 256, text_output: str = "pooled") -> list[np.ndarray]:
+def checkpoint_text_features(
+    model: torch.nn.Module, checkpoint_dir: Path, texts: list[str], batch_size: int = 256, text_output: str = "pooled"
+) -> list[np.ndarray]:
     """Per-layer features of `texts` with a text model of a `train` artifact (its tokenizer).
     `text_output: projector`: one layer, the JEPA projector's output instead."""
     tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
@@ -119,8 +129,15 @@ def checkpoint_text_features(model: torch.nn.Module, checkpoint_dir: Path, texts
     return text_layer_features(model, tok, texts, max_len, batch_size, sp)
 
 
-def run_embed(model_cfg: ModelConfig, checkpoint_dir: Path, eval_dir: Path, out: Path, batch_size: int = 256,
-              text_output: str = "pooled", layer: int | None = None) -> dict:
+def run_embed(
+    model_cfg: ModelConfig,
+    checkpoint_dir: Path,
+    eval_dir: Path,
+    out: Path,
+    batch_size: int = 256,
+    text_output: str = "pooled",
+    layer: int | None = None,
+) -> dict:
     """Embed the eval split with one trained model. Text models read the eval captions of an
     ingest artifact, the image model the eval renders of a world artifact; rows are ordered
     by image id, the same order for every model (checked at evaluation). Text models:
@@ -128,7 +145,9 @@ def run_embed(model_cfg: ModelConfig, checkpoint_dir: Path, eval_dir: Path, out:
     model = load_checkpoint(checkpoint_dir, model_cfg)
     if model_cfg.kind == "image_jepa":
         s = pq.read_table(eval_dir / "scenes.parquet", columns=["scene_id", "split", "render_row"]).to_pydict()
-        pairs = sorted((i, r) for i, sp, r in zip(s["scene_id"], s["split"], s["render_row"], strict=True) if sp == "eval")
+        pairs = sorted(
+            (i, r) for i, sp, r in zip(s["scene_id"], s["split"], s["render_row"], strict=True) if sp == "eval"
+        )
         renders = np.load(eval_dir / "renders.npy", mmap_mode="r")
         ids = [i for i, _ in pairs]
         layers = image_layer_features(model, renders[[r for _, r in pairs], 0], batch_size)

@@ -42,8 +42,15 @@ def pool_tokens(h: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tens
 
 @torch.no_grad()
 def hf_text_layer_features(
-    model_id: str, texts: list[str], pooling: str = "mean", batch_size: int = 32, revision: str | None = None,
-    dtype: str = "auto", trust_remote_code: bool = False, max_length: int = 512, device: str | None = None,
+    model_id: str,
+    texts: list[str],
+    pooling: str = "mean",
+    batch_size: int = 32,
+    revision: str | None = None,
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    max_length: int = 512,
+    device: str | None = None,
     show_progress: bool = False,
 ) -> list[np.ndarray]:
     """All hidden states of a text model, pooled: L+1 arrays of (N, D)."""
@@ -53,16 +60,18 @@ def hf_text_layer_features(
     tok = AutoTokenizer.from_pretrained(model_id, revision=revision, trust_remote_code=trust_remote_code)
     if tok.pad_token is None:  # causal LMs often have none: pad with EOS, masked out anyway
         tok.pad_token = tok.eos_token or tok.unk_token
-    model = AutoModel.from_pretrained(model_id, revision=revision, dtype=_dtype(dtype),
-                                      trust_remote_code=trust_remote_code)
+    model = AutoModel.from_pretrained(
+        model_id, revision=revision, dtype=_dtype(dtype), trust_remote_code=trust_remote_code
+    )
     if hasattr(model, "text_model") and hasattr(model, "vision_model"):  # a CLIP-like pair
         model = model.text_model
     model = model.to(device).eval()
     accepted = set(inspect.signature(model.forward).parameters)  # e.g. CLIP text takes no token_type_ids
     chunks: list[list[torch.Tensor]] = []
     for s in tqdm(range(0, len(texts), batch_size), desc=f"embed {model_id}", disable=not show_progress):
-        enc = tok(texts[s : s + batch_size], padding=True, truncation=True, max_length=max_length,
-                  return_tensors="pt").to(device)
+        enc = tok(
+            texts[s : s + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        ).to(device)
         enc = {k: v for k, v in enc.items() if k in accepted}
         out = model(**enc, output_hidden_states=True)
         chunks.append([pool_tokens(h.float(), enc["attention_mask"], pooling).cpu() for h in out.hidden_states])
@@ -71,8 +80,14 @@ def hf_text_layer_features(
 
 @torch.no_grad()
 def hf_image_layer_features(
-    model_id: str, images, batch_size: int = 32, revision: str | None = None, dtype: str = "auto",
-    trust_remote_code: bool = False, device: str | None = None, show_progress: bool = False,
+    model_id: str,
+    images,
+    batch_size: int = 32,
+    revision: str | None = None,
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    device: str | None = None,
+    show_progress: bool = False,
 ) -> list[np.ndarray]:
     """CLS token of every block of a vision encoder: L+1 arrays of (N, D). `images`: PIL
     images or uint8 (H, W, 3) arrays."""
@@ -81,8 +96,9 @@ def hf_image_layer_features(
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     proc = AutoImageProcessor.from_pretrained(model_id, revision=revision, backend="pil")  # PIL: no torchvision
-    model = AutoModel.from_pretrained(model_id, revision=revision, dtype=_dtype(dtype),
-                                      trust_remote_code=trust_remote_code)
+    model = AutoModel.from_pretrained(
+        model_id, revision=revision, dtype=_dtype(dtype), trust_remote_code=trust_remote_code
+    )
     if hasattr(model, "vision_model"):  # CLIPModel -> its vision tower
         model = model.vision_model
     model = model.to(device).eval()

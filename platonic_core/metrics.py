@@ -101,8 +101,8 @@ def cka(a: torch.Tensor, b: torch.Tensor, kernel: str = "linear", sigma: float =
     if kernel == "linear":
         kk, ll = a @ a.T, b @ b.T
     elif kernel == "rbf":
-        kk = torch.exp(-torch.cdist(a, a) ** 2 / (2 * sigma**2))
-        ll = torch.exp(-torch.cdist(b, b) ** 2 / (2 * sigma**2))
+        kk = torch.exp(-(torch.cdist(a, a) ** 2) / (2 * sigma**2))
+        ll = torch.exp(-(torch.cdist(b, b) ** 2) / (2 * sigma**2))
     else:
         raise ValueError(f"unknown CKA kernel {kernel!r} (linear or rbf)")
     hsic = _hsic_unbiased if unbiased else _hsic_biased
@@ -134,7 +134,9 @@ def cknna(a: torch.Tensor, b: torch.Tensor, k: int = 10) -> float:
 METRICS = ("mutual_knn", "cycle_knn", "cka", "cka_rbf", "unbiased_cka", "cknna")
 
 
-def score_pair(a: torch.Tensor, b: torch.Tensor, metric: str, k: int, backend: str = "dense") -> tuple[float, torch.Tensor | None]:
+def score_pair(
+    a: torch.Tensor, b: torch.Tensor, metric: str, k: int, backend: str = "dense"
+) -> tuple[float, torch.Tensor | None]:
     """One layer pair -> (score, per-sample scores or None for kernel metrics)."""
     if metric == "mutual_knn":
         ps = mutual_knn_per_sample(a, b, k, backend)
@@ -154,7 +156,9 @@ def score_pair(a: torch.Tensor, b: torch.Tensor, metric: str, k: int, backend: s
 
 
 def mutual_knn(a: torch.Tensor, b: torch.Tensor, k: int = 10, backend: str = "dense") -> float:
-    return mutual_knn_per_sample(F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1), k, backend).mean().item()
+    return (
+        mutual_knn_per_sample(F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1), k, backend).mean().item()
+    )
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,10 @@ class AlignmentScore:
 
     def as_dict(self) -> dict:
         return {
-            self.metric: self.score, "ci95": [self.ci_low, self.ci_high],
-            "layer_a": self.layer_a, "layer_b": self.layer_b,
+            self.metric: self.score,
+            "ci95": [self.ci_low, self.ci_high],
+            "layer_a": self.layer_a,
+            "layer_b": self.layer_b,
         }
 
 

@@ -130,13 +130,13 @@ class NearIndex:
         ci, qi = self.candidates(self.hasher.band_keys(sig))
         keep = []
         for s in range(0, len(ci), _CHUNK):
-            c, q = ci[s:s + _CHUNK], qi[s:s + _CHUNK]
+            c, q = ci[s : s + _CHUNK], qi[s : s + _CHUNK]
             est = (sig[c] == self.sig[q]).mean(axis=1)
             keep.append(np.flatnonzero(est >= threshold - ESTIMATE_MARGIN) + s)
         ends = np.append(starts[1:], len(values))
         for k in np.concatenate(keep) if keep else []:
             c, q = int(ci[k]), int(qi[k])
-            a, b = values[starts[c]:ends[c]], self.sets[q]
+            a, b = values[starts[c] : ends[c]], self.sets[q]
             inter = np.intersect1d(a, b, assume_unique=True).size
             j = inter / (len(a) + len(b) - inter)
             if j >= threshold:

@@ -123,10 +123,12 @@ def lejepa_loss(
     return loss, {"prediction": prediction.item(), "sigreg": reg.item()}
 
 
-def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    reduction: str = "mean") -> torch.Tensor:
+def next_token_loss(
+    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
     """Cross-entropy of predicting token t+1 from tokens ≤ t (mean, or `sum` over the real
     targets: the trainer divides by the global target count under DDP). logits: (B, T, V)."""
     target = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)  # (B, T-1)
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=-100,
-                           reduction=reduction)
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=-100, reduction=reduction
+    )

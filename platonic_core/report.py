@@ -16,11 +16,15 @@ def alignment_table(result: dict) -> str:
     for m, s in sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"]):
         name = f"{m} ({labels[m]})" if m in labels else m
         r = s.get("procrustes", {})
-        rot = (f"{r['t2i_R@1']:.3f} | {r['i2t_R@1']:.3f} | {r['heldout_residual']:.3f}" if r else " | | ")
-        lines.append(f"| {name} | {s['mutual_knn']:.4f} | [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}] "
-                     f"| {s['layer_a']}, {s['layer_b']} | {rot} |")
-    lines.append(f"| chance / unrelated | {result['chance']:.4f} (k/(N−1)) | | | {2 / result['n']:.4f} (2/N) "
-                 f"| {2 / result['n']:.4f} | ≈1.414 (√2) |")
+        rot = f"{r['t2i_R@1']:.3f} | {r['i2t_R@1']:.3f} | {r['heldout_residual']:.3f}" if r else " | | "
+        lines.append(
+            f"| {name} | {s['mutual_knn']:.4f} | [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}] "
+            f"| {s['layer_a']}, {s['layer_b']} | {rot} |"
+        )
+    lines.append(
+        f"| chance / unrelated | {result['chance']:.4f} (k/(N−1)) | | | {2 / result['n']:.4f} (2/N) "
+        f"| {2 / result['n']:.4f} | ≈1.414 (√2) |"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -33,8 +37,10 @@ def alignment_plot(result: dict, path: Path) -> None:
     items = sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"])
     names = [m for m, _ in items]
     vals = [s["mutual_knn"] for _, s in items]
-    err = [[v - s["ci95"][0] for v, (_, s) in zip(vals, items, strict=True)],
-           [s["ci95"][1] - v for v, (_, s) in zip(vals, items, strict=True)]]
+    err = [
+        [v - s["ci95"][0] for v, (_, s) in zip(vals, items, strict=True)],
+        [s["ci95"][1] - v for v, (_, s) in zip(vals, items, strict=True)],
+    ]
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
     palette = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}  # by training views
     views = result.get("views", {})
@@ -71,15 +77,21 @@ def ablation_table(cells: dict, summary: dict) -> str:
     rule = "|---|" + "---|" * len(cols)
     chance = next((r["chance"] for r in cells["records"]), None)
     n_eval = next((r["n"] for r in cells["records"]), None)
-    lines = [f"## {cells['name']}: where the positives come from × objective",
-             "",
-             f"Mean over {n_seeds} seeds with a {conf}% t interval; N = {n_eval} held-out image/caption pairs.",
-             ""]
+    lines = [
+        f"## {cells['name']}: where the positives come from × objective",
+        "",
+        f"Mean over {n_seeds} seeds with a {conf}% t interval; N = {n_eval} held-out image/caption pairs.",
+        "",
+    ]
     k = cells.get("k", 10)
-    titles = {"mutual_knn": f"Mutual {k}-NN with the image encoder (chance {chance:.4f})" if chance else "Mutual kNN",
-              "t2i_R@1": f"Text→image R@1 through one orthogonal map fitted on half the pairs, held-out half (chance {2 / n_eval:.4f})"
-              if n_eval else "Text→image R@1",
-              "heldout_residual": "Held-out Procrustes residual (0 = one rotation apart; √2 ≈ 1.414 = unrelated)"}
+    titles = {
+        "mutual_knn": f"Mutual {k}-NN with the image encoder (chance {chance:.4f})" if chance else "Mutual kNN",
+        "t2i_R@1": "Text→image R@1 through one orthogonal map fitted on half the pairs, held-out half "
+        f"(chance {2 / n_eval:.4f})"
+        if n_eval
+        else "Text→image R@1",
+        "heldout_residual": "Held-out Procrustes residual (0 = one rotation apart; √2 ≈ 1.414 = unrelated)",
+    }
     for metric, title in titles.items():
         lines += [f"### {title}", "", head, rule]
         for row, label in cells["rows"].items():
@@ -87,8 +99,12 @@ def ablation_table(cells: dict, summary: dict) -> str:
         lines.append("")
     diffs = summary.get("differences", [])
     if diffs:
-        lines += [f"### Paired differences in mutual {k}-NN (same seeds: same image encoder), mean [{conf}% t interval]", "",
-                  "| compared | in | difference | per seed |", "|---|---|---|---|"]
+        lines += [
+            f"### Paired differences in mutual {k}-NN (same seeds: same image encoder), mean [{conf}% t interval]",
+            "",
+            "| compared | in | difference | per seed |",
+            "|---|---|---|---|",
+        ]
         for d in diffs:
             if d["kind"] == "objective":
                 name, where = f"{d['a'][1]} − {d['b'][1]}", cells["rows"][d["where"]]
@@ -98,31 +114,45 @@ def ablation_table(cells: dict, summary: dict) -> str:
         lines.append("")
     rots = summary.get("rotations", [])
     if rots:
-        lines += ["### One rotation between text models trained separately (same objective, different positives)", "",
-                  f"| model | rows | sources disjoint | mutual {k}-NN | R@1 (held out) | residual (held out) |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "### One rotation between text models trained separately (same objective, different positives)",
+            "",
+            f"| model | rows | sources disjoint | mutual {k}-NN | R@1 (held out) | residual (held out) |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in rots:
-            lines.append(f"| {r['column']} | {cells['rows'][r['rows'][0]]} ↔ {cells['rows'][r['rows'][1]]} "
-                         f"| {'yes' if r['disjoint_sources'] else 'no'} | {_fmt(r['mutual_knn'])} | {_fmt(r['t2i_R@1'])} "
-                         f"| {_fmt(r['heldout_residual'])} |")
+            lines.append(
+                f"| {r['column']} | {cells['rows'][r['rows'][0]]} ↔ {cells['rows'][r['rows'][1]]} "
+                f"| {'yes' if r['disjoint_sources'] else 'no'} | {_fmt(r['mutual_knn'])} | {_fmt(r['t2i_R@1'])} "
+                f"| {_fmt(r['heldout_residual'])} |"
+            )
         lines.append("")
     eff = summary.get("efficiency")
     if eff:
-        lines += [f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score", "",
-                  "| positives | target (reference final) | reference gain over its first checkpoint | samples needed (geo. mean) "
-                  "| sample ratio (geo. mean) | text ratio | seeds reached |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score",
+            "",
+            "| positives | target (reference final) | reference gain over its first checkpoint "
+            "| samples needed (geo. mean) "
+            "| sample ratio (geo. mean) | text ratio | seeds reached |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for row, e in eff["rows"].items():
             tgt = [p["target"] for p in e["per_seed"]]
             target = f"{sum(tgt) / len(tgt):.3f}" if tgt else "–"
             if "sample_ratio" in e:
                 sr, tr = e["sample_ratio"], e["text_ratio"]
                 ge = "≥ " if sr.get("lower_bound") else ""
-                ratio = f"{ge}{sr['geomean']:.1f}×" + (f" [{sr['ci'][0]:.1f}, {sr['ci'][1]:.1f}]" if sr["ci"][0] else "")
+                ratio = f"{ge}{sr['geomean']:.1f}×" + (
+                    f" [{sr['ci'][0]:.1f}, {sr['ci'][1]:.1f}]" if sr["ci"][0] else ""
+                )
                 text = f"{ge}{tr['geomean']:.1f}×"
                 sn = e["samples_needed"]
-                needed = ("≤ " if ge else "") + f"{sn['geomean']:,.0f}" + (
-                    f" [{sn['ci'][0]:,.0f}, {sn['ci'][1]:,.0f}]" if sn["ci"][0] else "")
+                needed = (
+                    ("≤ " if ge else "")
+                    + f"{sn['geomean']:,.0f}"
+                    + (f" [{sn['ci'][0]:,.0f}, {sn['ci'][1]:,.0f}]" if sn["ci"][0] else "")
+                )
             else:
                 ratio = text = needed = "–"
             n = len(e["per_seed"])
@@ -138,17 +168,21 @@ def ablation_table(cells: dict, summary: dict) -> str:
     if sc:
         law = sc["law"]
         lo, hi = sc["interval"]
-        lines += ["### Scaling law, checked on runs it never saw", "",
-                  f"a(n) = {law['a_inf']:.4f} − {law['b']:.4f}·(n/1000)^−{law['alpha']:.3f}, fitted on "
-                  f"{sc['fitted_runs']} finished runs of `{sc['model']}` ({cells['rows'][sc['row']]}) at "
-                  f"{', '.join(f'{int(b):,}' for b in sc['fitted_budgets'])} samples.",
-                  "",
-                  f"| held-out budget | predicted ({conf}% interval for one run) | actual (mean ± seed std) | error "
-                  "| held-out seed std | runs inside the interval |",
-                  "|---|---|---|---|---|---|",
-                  f"| {int(sc['samples']):,} | {sc['prediction']:.4f} [{lo:.4f}, {hi:.4f}] | {sc['heldout_mean']:.4f} ± "
-                  f"{(sc['heldout_seed_std'] or 0):.4f} | {sc['error']:+.4f} | {(sc['heldout_seed_std'] or 0):.4f} "
-                  f"| {sc['heldout_in_interval']}/{sc['heldout_runs']} |", ""]
+        lines += [
+            "### Scaling law, checked on runs it never saw",
+            "",
+            f"a(n) = {law['a_inf']:.4f} − {law['b']:.4f}·(n/1000)^−{law['alpha']:.3f}, fitted on "
+            f"{sc['fitted_runs']} finished runs of `{sc['model']}` ({cells['rows'][sc['row']]}) at "
+            f"{', '.join(f'{int(b):,}' for b in sc['fitted_budgets'])} samples.",
+            "",
+            f"| held-out budget | predicted ({conf}% interval for one run) | actual (mean ± seed std) | error "
+            "| held-out seed std | runs inside the interval |",
+            "|---|---|---|---|---|---|",
+            f"| {int(sc['samples']):,} | {sc['prediction']:.4f} [{lo:.4f}, {hi:.4f}] | {sc['heldout_mean']:.4f} ± "
+            f"{(sc['heldout_seed_std'] or 0):.4f} | {sc['error']:+.4f} | {(sc['heldout_seed_std'] or 0):.4f} "
+            f"| {sc['heldout_in_interval']}/{sc['heldout_runs']} |",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -165,8 +199,11 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 3.4), dpi=120, sharey=True, squeeze=False)
     for ax, row in zip(axes[0], rows, strict=True):
         for col in (eff["model"], eff["reference"]):
-            curves = [r["curve"] for r in cells["records"]
-                      if r["kind"] == "grid" and r["row"] == row and r["column"] == col and r["curve"]]
+            curves = [
+                r["curve"]
+                for r in cells["records"]
+                if r["kind"] == "grid" and r["row"] == row and r["column"] == col and r["curve"]
+            ]
             if not curves:
                 continue
             x = np.array([p["samples"] for p in curves[0]["points"]])
@@ -204,13 +241,29 @@ def scaling_plot(sc: dict, path: Path) -> None:
     law = SaturatingLaw(**sc["law"])
     fit = sc["fit_points"]
     fig, ax = plt.subplots(figsize=(5, 3.4), dpi=120)
-    ax.plot([p["samples"] for p in fit], [p["mutual_knn"] for p in fit], "o", color="#3b7dd8", ms=4, label="fitted runs")
+    ax.plot(
+        [p["samples"] for p in fit], [p["mutual_knn"] for p in fit], "o", color="#3b7dd8", ms=4, label="fitted runs"
+    )
     xs = np.geomspace(min(p["samples"] for p in fit), sc["samples"] * 2, 200)
     ax.plot(xs, law(xs), "-", color="#3b7dd8", lw=1, label="fitted law")
-    ax.errorbar([sc["samples"]], [sc["prediction"]], yerr=[[sc["prediction"] - sc["interval"][0]], [sc["interval"][1] - sc["prediction"]]],
-                fmt="s", color="k", capsize=4, ms=5, label="forecast (interval)")
-    ax.plot([sc["samples"]] * len(sc["heldout_actual"]), sc["heldout_actual"], "x", color="#c0504d", ms=7,
-            label="held-out runs")
+    ax.errorbar(
+        [sc["samples"]],
+        [sc["prediction"]],
+        yerr=[[sc["prediction"] - sc["interval"][0]], [sc["interval"][1] - sc["prediction"]]],
+        fmt="s",
+        color="k",
+        capsize=4,
+        ms=5,
+        label="forecast (interval)",
+    )
+    ax.plot(
+        [sc["samples"]] * len(sc["heldout_actual"]),
+        sc["heldout_actual"],
+        "x",
+        color="#c0504d",
+        ms=7,
+        label="held-out runs",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("training samples (finished runs)")
     ax.set_ylabel("mutual kNN with the image encoder")

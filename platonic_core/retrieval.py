@@ -91,8 +91,14 @@ def recall_at_k(
 
 
 def retrieval(
-    train_text: np.ndarray, train_image: np.ndarray, eval_text: np.ndarray, eval_image: np.ndarray,
-    text_image_ids: np.ndarray, image_ids: np.ndarray, kind: str = "procrustes", ks=(1, 5),
+    train_text: np.ndarray,
+    train_image: np.ndarray,
+    eval_text: np.ndarray,
+    eval_image: np.ndarray,
+    text_image_ids: np.ndarray,
+    image_ids: np.ndarray,
+    kind: str = "procrustes",
+    ks=(1, 5),
 ) -> dict[str, float]:
     """Fit text->image on training pairs; R@k both ways on the eval split.
 

@@ -42,7 +42,9 @@ def fit_law(samples, scores) -> SaturatingLaw:
     n = np.asarray(samples, dtype=np.float64) / UNIT
     y = np.asarray(scores, dtype=np.float64)
     if len(np.unique(n)) < 3:
-        raise ValueError(f"a 3-parameter law needs runs at >= 3 distinct budgets, got {sorted(set((n * UNIT).tolist()))}")
+        raise ValueError(
+            f"a 3-parameter law needs runs at >= 3 distinct budgets, got {sorted(set((n * UNIT).tolist()))}"
+        )
     x = n[None, :] ** (-ALPHAS[:, None])  # (A, N): one row per alpha on the grid
     xm = x.mean(1)
     xc = x - xm[:, None]
@@ -54,8 +56,9 @@ def fit_law(samples, scores) -> SaturatingLaw:
     return SaturatingLaw(float(a_inf[i]), float(b[i]), float(ALPHAS[i]), math.sqrt(float(sse[i]) / len(y)))
 
 
-def forecast(runs: list[tuple[int, float, float]], at: float, confidence: float = 0.95, n_boot: int = 2000,
-             seed: int = 0) -> dict:
+def forecast(
+    runs: list[tuple[int, float, float]], at: float, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> dict:
     """Predict the score of one run with budget `at` from finished runs (seed, samples, score).
 
     The interval is for a single new run: the law is refitted on bootstrap resamples of
@@ -80,9 +83,17 @@ def forecast(runs: list[tuple[int, float, float]], at: float, confidence: float 
             continue
         preds.append(float(f(at)) + rng.normal(0.0, noise))
     lo, hi = np.quantile(preds, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return {"samples": float(at), "prediction": float(law(at)), "interval": [float(lo), float(hi)],
-            "confidence": confidence, "seed_noise": noise, "law": law.as_dict(), "fitted_runs": len(runs),
-            "fitted_budgets": sorted({float(n) for _, n, _ in runs}), "seeds": seeds}
+    return {
+        "samples": float(at),
+        "prediction": float(law(at)),
+        "interval": [float(lo), float(hi)],
+        "confidence": confidence,
+        "seed_noise": noise,
+        "law": law.as_dict(),
+        "fitted_runs": len(runs),
+        "fitted_budgets": sorted({float(n) for _, n, _ in runs}),
+        "seeds": seeds,
+    }
 
 
 def seed_noise(runs: list[tuple[int, float, float]]) -> float:

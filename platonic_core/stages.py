@@ -53,11 +53,19 @@ def ingest(call: StageCall):
         if r.status == "failed":
             log.error("ingest shard %s FAILED: %s", r.shard.id, r.error)
         else:
-            log.info("ingest shard %-28s %-8s in %d kept %d quarantined %d (%.1fs)", r.shard.id, r.status,
-                     c.get("in", 0), c.get("kept", 0), c.get("quarantined", 0), r.seconds)
+            log.info(
+                "ingest shard %-28s %-8s in %d kept %d quarantined %d (%.1fs)",
+                r.shard.id,
+                r.status,
+                c.get("in", 0),
+                c.get("kept", 0),
+                c.get("quarantined", 0),
+                r.seconds,
+            )
 
-    counts, results = ingest_corpus(shards, ic, call.out, call.cache_root / "ingest-shards", progress,
-                                    mapper=call.hooks.mapper)
+    counts, results = ingest_corpus(
+        shards, ic, call.out, call.cache_root / "ingest-shards", progress, mapper=call.hooks.mapper
+    )
     failed = [{"shard": r.shard.id, "uri": r.shard.uri, "error": r.error} for r in results if r.status == "failed"]
     return counts, {"failed_shards": failed}
 
@@ -75,9 +83,15 @@ def corpus_source(ic: IngestConfig) -> dict[str, Manifest]:
     h = hashlib.sha256()
     for s in shards:
         h.update(f"{s.id}\0{s.digest}\n".encode())
-    return {"source": Manifest.external(f"source:{ic.source}", " ".join(ic.paths), h.hexdigest(),
-                                        {"shards": len(shards)},
-                                        {s.id: {"uri": s.uri, "digest": s.digest} for s in shards[:1000]})}
+    return {
+        "source": Manifest.external(
+            f"source:{ic.source}",
+            " ".join(ic.paths),
+            h.hexdigest(),
+            {"shards": len(shards)},
+            {s.id: {"uri": s.uri, "digest": s.digest} for s in shards[:1000]},
+        )
+    }
 
 
 def positives(call: StageCall):
@@ -94,8 +108,14 @@ def positives(call: StageCall):
     backend = make_backend(pc) if mapper is None else None  # fanned out: each worker builds its own
 
     def progress(r):
-        log.info("positives shard %-20s %-9s %s (resumed %d rows; %.1fs)", r.shard, r.status, r.counts,
-                 r.resumed_from, r.seconds)
+        log.info(
+            "positives shard %-20s %-9s %s (resumed %d rows; %.1fs)",
+            r.shard,
+            r.status,
+            r.counts,
+            r.resumed_from,
+            r.seconds,
+        )
 
     last = [time.monotonic()]
 
@@ -105,13 +125,25 @@ def positives(call: StageCall):
             log.info("positives shard %s: %d / %d requests answered", shard, answered, to_ask)
 
     world_dir = call.input("world") if "world" in call.inputs else None
-    counts, stats = generate_corpus(input_shards(ingest_dir), pc, backend, call.state_dir, call.out,
-                                    lambda shard: image_source(ingest_dir, world_dir, shard), progress, on_batch,
-                                    mapper=mapper)
+    counts, stats = generate_corpus(
+        input_shards(ingest_dir),
+        pc,
+        backend,
+        call.state_dir,
+        call.out,
+        lambda shard: image_source(ingest_dir, world_dir, shard),
+        progress,
+        on_batch,
+        mapper=mapper,
+    )
     if getattr(backend, "info", None):
         stats["runner"] = backend.info
-    log.info("positives: %d texts generated this run, %.2f texts/s, %.1f tokens/s", stats["generated_this_run"],
-             stats["texts_per_s"], stats["tokens_per_s"])
+    log.info(
+        "positives: %d texts generated this run, %.2f texts/s, %.1f tokens/s",
+        stats["generated_this_run"],
+        stats["texts_per_s"],
+        stats["tokens_per_s"],
+    )
     return counts, stats
 
 
@@ -119,8 +151,15 @@ def dedup(call: StageCall):
     from .dedup import dedup as run_dedup
 
     stats: dict = {}
-    counts = run_dedup(call.input("positives") / "texts.parquet", call.input("ingest") / "eval.parquet",
-                       call.cfg.dedup, call.out, eval_name="world", stats=stats, mapper=call.hooks.mapper)
+    counts = run_dedup(
+        call.input("positives") / "texts.parquet",
+        call.input("ingest") / "eval.parquet",
+        call.cfg.dedup,
+        call.out,
+        eval_name="world",
+        stats=stats,
+        mapper=call.hooks.mapper,
+    )
     return counts, stats
 
 
@@ -143,11 +182,19 @@ def train(call: StageCall):
         call.hooks.log_metrics({f"train/{k}": v for k, v in metrics.items()}, step)
 
     if mcfg.nproc > 1:
-        summary = train_under_torchrun(call.cfg.seed, call.cfg.train.threads, model, mcfg, call.input("data"),
-                                       call.out, call.state_dir, on_log)
+        summary = train_under_torchrun(
+            call.cfg.seed, call.cfg.train.threads, model, mcfg, call.input("data"), call.out, call.state_dir, on_log
+        )
     else:
-        summary = run_train(mcfg, call.cfg.seed, call.input("data"), call.out, on_log=on_log, desc=call.inst.id,
-                            state_dir=call.state_dir)
+        summary = run_train(
+            mcfg,
+            call.cfg.seed,
+            call.input("data"),
+            call.out,
+            on_log=on_log,
+            desc=call.inst.id,
+            state_dir=call.state_dir,
+        )
     counts = {"steps": summary["steps"], "samples": summary["samples"], "parameters": summary["parameters"]}
     return counts, {k: v for k, v in summary.items() if k not in counts}
 
@@ -156,8 +203,15 @@ def embed(call: StageCall):
     from .features import run_embed
 
     e = call.cfg.embed
-    counts = run_embed(call.cfg.train.models[call.inst.model], call.input("model"), call.input("eval"), call.out,
-                       e.batch_size, e.text_output, e.layer)
+    counts = run_embed(
+        call.cfg.train.models[call.inst.model],
+        call.input("model"),
+        call.input("eval"),
+        call.out,
+        e.batch_size,
+        e.text_output,
+        e.layer,
+    )
     # which embedding the evaluation compares (also in the params: the `embed` section)
     call.hooks.set_tags({"platonic.text_output": e.text_output, "platonic.embed_layer": str(e.layer)})
     return counts, {}
@@ -168,16 +222,28 @@ def evaluate(call: StageCall):
 
     ev, models = call.cfg.evaluate, call.cfg.train.models
     labels = {m: f"{models[m].kind}, {models[m].views} views" for m in ev.text_models}
-    metrics = run_evaluate({role: m.path for role, m in call.inputs.items()}, ev, call.out, labels,
-                           {m: models[m].views for m in ev.text_models})
+    metrics = run_evaluate(
+        {role: m.path for role, m in call.inputs.items()},
+        ev,
+        call.out,
+        labels,
+        {m: models[m].views for m in ev.text_models},
+    )
     return {"n": metrics.pop("n")}, metrics
 
 
 def curve(call: StageCall):
     from .evaluate import run_curve
 
-    counts = run_curve(call.cfg.train.models[call.inst.model], call.input("model"), call.input("eval"),
-                       call.input("image"), call.cfg.evaluate, call.out, call.cfg.embed.batch_size)
+    counts = run_curve(
+        call.cfg.train.models[call.inst.model],
+        call.input("model"),
+        call.input("eval"),
+        call.input("image"),
+        call.cfg.evaluate,
+        call.out,
+        call.cfg.embed.batch_size,
+    )
     for p in json.loads((call.out / "curve.json").read_text())["points"]:
         call.hooks.log_metrics({"curve/mutual_knn": p["mutual_knn"]}, p["samples"])
     return {"points": counts["points"]}, {"final_mutual_knn": counts["final_mutual_knn"]}
@@ -196,58 +262,133 @@ def _eval_of(cfg: PipelineConfig, model: str) -> str:
     return "world" if cfg.train.models[model].kind == "image_jepa" else "ingest"
 
 
-SPECS: dict[str, StageSpec] = {s.name: s for s in [
-    StageSpec("world", 1, ("world",),
-              ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"), world,
-              "generate the synthetic world: scenes, image renders, alt-texts, eval captions",
-              inputs=lambda cfg, i: {}),
-    StageSpec("ingest", 2, ("ingest",),
-              ("corpus.parquet", "eval.parquet", "images.parquet", "quarantine.parquet", "catalog.duckdb",
-               "(corpora: texts/, quarantine/, images/ shard=<id> partitions, shards.parquet)"), ingest,
-              "normalise the source (the world, or a real corpus shard by shard) into Parquet, one row per "
-              "text, + a DuckDB catalog; bad rows quarantined with a reason",
-              inputs=lambda cfg, i: {"world": "world"} if cfg.ingest.source == "world" else {},
-              external=lambda cfg, i: corpus_source(cfg.ingest), log_files=("quarantine.parquet", "shards.parquet")),
-    StageSpec("positives", 1, ("positives",),
-              ("texts.parquet", "failures.parquet", "(model backends: generations.parquet)"), positives,
-              "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)",
-              # the world is an input when it is the source: its renders are the images, and the
-              # world backend's captioner is the world's grammar (world.* covered by its digest)
-              inputs=lambda cfg, i: {"ingest": "ingest"} | ({"world": "world"} if cfg.ingest.source == "world" else {}),
-              uses=("world",), log_files=("failures.parquet", "generations.parquet"), state="kept"),
-    StageSpec("dedup", 2, ("dedup",),
-              ("texts.parquet", "removed.parquet", "matches.parquet", "eval.parquet", "summary.json", "summary.md",
-               "report.json"), dedup,
-              "contamination audit of the training texts against the eval split (exact after normalisation, "
-              "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy",
-              inputs=lambda cfg, i: {"positives": "positives", "ingest": "ingest"},
-              log_files=("report.json", "summary.md", "removed.parquet", "matches.parquet")),
-    StageSpec("views", 1, ("views",), ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"), views,
-              "good views (texts of one image), texts for bad views / next-token, the shared tokenizer",
-              inputs=lambda cfg, i: {"dedup": "dedup"}, log_files=("tokenizer.json",)),
-    StageSpec("train", 1, ("seed", "train.models.{model}"), ("model.safetensors", "model.json", "tokenizer.json"),
-              train,
-              "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
-              "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>",
-              inputs=lambda cfg, i: {"data": _data_of(cfg, i.model)},
-              uses=("train.threads",), log_files=("model.safetensors", "model.json", "tokenizer.json"),
-              state="until_commit"),
-    StageSpec("embed", 1, ("embed",), ("features.npz", "ids.parquet"), embed,
-              "per-layer embeddings of the eval captions (text models) or eval renders (image model)",
-              inputs=lambda cfg, i: {"model": f"train:{i.model}", "eval": _eval_of(cfg, i.model)},
-              uses=("train.models.{model}",), fan_out=True),
-    StageSpec("evaluate", 2, ("evaluate",), ("scores.json", "table.md", "alignment.png"), evaluate,
-              "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
-              "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot",
-              inputs=lambda cfg, i: {m: f"embed:{m}" for m in evaluated_models(cfg)},
-              uses=("train.models",), log_files=("scores.json", "table.md", "alignment.png")),
-    StageSpec("curve", 1, ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.layers"),
-              ("curve.json",), curve,
-              "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)",
-              inputs=lambda cfg, i: {"model": f"train:{i.model}", "eval": "ingest",
-                                     "image": f"embed:{cfg.evaluate.image_model}"},
-              uses=("train.models.{model}", "embed.batch_size"), log_files=("curve.json",)),
-]}
+SPECS: dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec(
+            "world",
+            1,
+            ("world",),
+            ("scenes.parquet", "renders.npy", "alt_texts.parquet", "eval_captions.parquet"),
+            world,
+            "generate the synthetic world: scenes, image renders, alt-texts, eval captions",
+            inputs=lambda cfg, i: {},
+        ),
+        StageSpec(
+            "ingest",
+            2,
+            ("ingest",),
+            (
+                "corpus.parquet",
+                "eval.parquet",
+                "images.parquet",
+                "quarantine.parquet",
+                "catalog.duckdb",
+                "(corpora: texts/, quarantine/, images/ shard=<id> partitions, shards.parquet)",
+            ),
+            ingest,
+            "normalise the source (the world, or a real corpus shard by shard) into Parquet, one row per "
+            "text, + a DuckDB catalog; bad rows quarantined with a reason",
+            inputs=lambda cfg, i: {"world": "world"} if cfg.ingest.source == "world" else {},
+            external=lambda cfg, i: corpus_source(cfg.ingest),
+            log_files=("quarantine.parquet", "shards.parquet"),
+        ),
+        StageSpec(
+            "positives",
+            1,
+            ("positives",),
+            ("texts.parquet", "failures.parquet", "(model backends: generations.parquet)"),
+            positives,
+            "extra texts per image: recaptions (sees the image) and paraphrases (sees only the alt-text)",
+            # the world is an input when it is the source: its renders are the images, and the
+            # world backend's captioner is the world's grammar (world.* covered by its digest)
+            inputs=lambda cfg, i: {"ingest": "ingest"} | ({"world": "world"} if cfg.ingest.source == "world" else {}),
+            uses=("world",),
+            log_files=("failures.parquet", "generations.parquet"),
+            state="kept",
+        ),
+        StageSpec(
+            "dedup",
+            2,
+            ("dedup",),
+            (
+                "texts.parquet",
+                "removed.parquet",
+                "matches.parquet",
+                "eval.parquet",
+                "summary.json",
+                "summary.md",
+                "report.json",
+            ),
+            dedup,
+            "contamination audit of the training texts against the eval split (exact after normalisation, "
+            "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy",
+            inputs=lambda cfg, i: {"positives": "positives", "ingest": "ingest"},
+            log_files=("report.json", "summary.md", "removed.parquet", "matches.parquet"),
+        ),
+        StageSpec(
+            "views",
+            1,
+            ("views",),
+            ("good_views.parquet", "texts.parquet", "tokenizer.json", "meta.json"),
+            views,
+            "good views (texts of one image), texts for bad views / next-token, the shared tokenizer",
+            inputs=lambda cfg, i: {"dedup": "dedup"},
+            log_files=("tokenizer.json",),
+        ),
+        StageSpec(
+            "train",
+            1,
+            ("seed", "train.models.{model}"),
+            ("model.safetensors", "model.json", "tokenizer.json"),
+            train,
+            "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
+            "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>",
+            inputs=lambda cfg, i: {"data": _data_of(cfg, i.model)},
+            uses=("train.threads",),
+            log_files=("model.safetensors", "model.json", "tokenizer.json"),
+            state="until_commit",
+        ),
+        StageSpec(
+            "embed",
+            1,
+            ("embed",),
+            ("features.npz", "ids.parquet"),
+            embed,
+            "per-layer embeddings of the eval captions (text models) or eval renders (image model)",
+            inputs=lambda cfg, i: {"model": f"train:{i.model}", "eval": _eval_of(cfg, i.model)},
+            uses=("train.models.{model}",),
+            fan_out=True,
+        ),
+        StageSpec(
+            "evaluate",
+            2,
+            ("evaluate",),
+            ("scores.json", "table.md", "alignment.png"),
+            evaluate,
+            "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
+            "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot",
+            inputs=lambda cfg, i: {m: f"embed:{m}" for m in evaluated_models(cfg)},
+            uses=("train.models",),
+            log_files=("scores.json", "table.md", "alignment.png"),
+        ),
+        StageSpec(
+            "curve",
+            1,
+            ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.layers"),
+            ("curve.json",),
+            curve,
+            "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)",
+            inputs=lambda cfg, i: {
+                "model": f"train:{i.model}",
+                "eval": "ingest",
+                "image": f"embed:{cfg.evaluate.image_model}",
+            },
+            uses=("train.models.{model}", "embed.batch_size"),
+            log_files=("curve.json",),
+        ),
+    ]
+}
 
 
 def evaluated_models(cfg: PipelineConfig) -> list[str]:
@@ -262,9 +403,13 @@ def curve_models(cfg: PipelineConfig) -> list[str]:
 def instances(cfg: PipelineConfig) -> list[StageInstance]:
     """Every stage instance of the recipe, in execution order."""
     models = evaluated_models(cfg)
-    return [*(StageInstance(s) for s in ORDER[:5]), *(StageInstance("train", m) for m in models),
-            *(StageInstance("embed", m) for m in models), StageInstance("evaluate"),
-            *(StageInstance("curve", m) for m in curve_models(cfg))]
+    return [
+        *(StageInstance(s) for s in ORDER[:5]),
+        *(StageInstance("train", m) for m in models),
+        *(StageInstance("embed", m) for m in models),
+        StageInstance("evaluate"),
+        *(StageInstance("curve", m) for m in curve_models(cfg)),
+    ]
 
 
 def upstream(cfg: Any, inst: StageInstance) -> dict[str, str]:
@@ -285,12 +430,14 @@ def _matches(selector: str, inst: StageInstance) -> bool:
 def check_selector(selector: str, cfg: PipelineConfig) -> None:
     known = {i.stage for i in instances(cfg)} | {i.id for i in instances(cfg)}
     if selector not in known:
-        raise ConfigError(f"unknown stage {selector!r}; stages: {', '.join(ORDER)} "
-                          f"(or e.g. train:{cfg.evaluate.text_models[0]})")
+        raise ConfigError(
+            f"unknown stage {selector!r}; stages: {', '.join(ORDER)} (or e.g. train:{cfg.evaluate.text_models[0]})"
+        )
 
 
-def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
-         force: list[str] | None = None) -> dict[str, str]:
+def plan(
+    cfg: PipelineConfig, only: str | None = None, from_: str | None = None, force: list[str] | None = None
+) -> dict[str, str]:
     """Stage instance id -> mode.
 
     - default: every stage runs, cache hits skip the body
@@ -330,13 +477,17 @@ def plan(cfg: PipelineConfig, only: str | None = None, from_: str | None = None,
         for i in insts:
             if _matches(s, i) and modes[i.id] != SKIP:
                 modes[i.id] = FORCE
-    unfed = [i for i, m in modes.items() if m != SKIP and i not in ("world", "ingest")
-             and not (i == "positives" and cfg.positives.backend != "world")]
+    unfed = [
+        i
+        for i, m in modes.items()
+        if m != SKIP and i not in ("world", "ingest") and not (i == "positives" and cfg.positives.backend != "world")
+    ]
     if cfg.ingest.source != "world" and unfed:
         raise ConfigError(
             f"the stages after ingest ({', '.join(unfed[:3])}, ...) need a positives backend and images for a "
             f"real corpus ({cfg.ingest.source}), which the 'world' backend cannot provide: run `--only ingest` or "
-            "`platonic ingest` for real corpora (with a model backend, `--only positives` generates their positives)")
+            "`platonic ingest` for real corpora (with a model backend, `--only positives` generates their positives)"
+        )
     return modes
 
 
@@ -360,12 +511,19 @@ def features(call: StageCall):
 def compare(call: StageCall):
     from .compare import compare_grid
 
-    keyed = {tuple(role.split(":", 1)[1].split("@")): m.path for role, m in call.inputs.items()
-             if role.startswith("features:")}
+    keyed = {
+        tuple(role.split(":", 1)[1].split("@")): m.path
+        for role, m in call.inputs.items()
+        if role.startswith("features:")
+    }
     evalsets = {role.split(":", 1)[1]: m.path for role, m in call.inputs.items() if role.startswith("evalset:")}
     result = compare_grid(keyed, call.cfg, call.out, evalsets)
-    metrics = {f"mutual_knn/{e}/{t}/{v}": s["mutual_knn"] for e, ts in result["scores"].items()
-               for t, vs in ts.items() for v, s in vs.items()}
+    metrics = {
+        f"mutual_knn/{e}/{t}/{v}": s["mutual_knn"]
+        for e, ts in result["scores"].items()
+        for t, vs in ts.items()
+        for v, s in vs.items()
+    }
     return {"cells": len(metrics)}, metrics
 
 
@@ -377,18 +535,40 @@ def compare_instances(cfg: Any) -> list[StageInstance]:
     return [*out, StageInstance("compare", flow="compare")]
 
 
-COMPARE_SPECS: dict[str, StageSpec] = {s.name: s for s in [
-    StageSpec("evalset", 1, ("eval_sets.{set}",), ("captions.parquet", "images.parquet"), evalset,
-              "an eval set materialised: every caption (grouped by image) + PNG bytes", inputs=lambda cfg, i: {}),
-    StageSpec("features", 1, ("{modality}_models.{model}",), ("features.npz",), features,
-              "per-layer features of one eval set with one model",
-              inputs=lambda cfg, i: {"evalset": f"evalset:{i.set}"}),
-    StageSpec("compare", 1, ("k", "clamp_quantile", "layers", "bootstrap", "retrieval"), ("scores.json", "table.md"),
-              compare, "mutual kNN of every text x vision model pair per eval set; retrieval",
-              uses=("eval_sets", "text_models", "vision_models"),  # names: their features are inputs
-              inputs=lambda cfg, i: {x.id: x.id for x in compare_instances(cfg) if x.stage != "compare"},
-              log_files=("scores.json", "table.md")),
-]}
+COMPARE_SPECS: dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec(
+            "evalset",
+            1,
+            ("eval_sets.{set}",),
+            ("captions.parquet", "images.parquet"),
+            evalset,
+            "an eval set materialised: every caption (grouped by image) + PNG bytes",
+            inputs=lambda cfg, i: {},
+        ),
+        StageSpec(
+            "features",
+            1,
+            ("{modality}_models.{model}",),
+            ("features.npz",),
+            features,
+            "per-layer features of one eval set with one model",
+            inputs=lambda cfg, i: {"evalset": f"evalset:{i.set}"},
+        ),
+        StageSpec(
+            "compare",
+            1,
+            ("k", "clamp_quantile", "layers", "bootstrap", "retrieval"),
+            ("scores.json", "table.md"),
+            compare,
+            "mutual kNN of every text x vision model pair per eval set; retrieval",
+            uses=("eval_sets", "text_models", "vision_models"),  # names: their features are inputs
+            inputs=lambda cfg, i: {x.id: x.id for x in compare_instances(cfg) if x.stage != "compare"},
+            log_files=("scores.json", "table.md"),
+        ),
+    ]
+}
 
 
 # ---- the ablation grid (`platonic ablate`): its cells are pipeline stage instances ---------
@@ -404,12 +584,15 @@ def ablation(call: StageCall):
     results = []
     for cell in cells:  # cell names hold slashes ("recap/seed=0"): strip the prefix
         mine = {k.removeprefix(cell.name + "/"): m for k, m in call.inputs.items() if k.startswith(cell.name + "/")}
-        results.append(CellResult(
-            cell, mine["evaluate"].path,
-            {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("embed:")},
-            {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("curve:")},
-            call.context["runs"][cell.name],
-        ))
+        results.append(
+            CellResult(
+                cell,
+                mine["evaluate"].path,
+                {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("embed:")},
+                {k.split(":", 1)[1]: v.path for k, v in mine.items() if k.startswith("curve:")},
+                call.context["runs"][cell.name],
+            )
+        )
     summary = summarize(call.cfg, results, call.out)
     counts = {"cells": len(cells), "records": sum(len(cell.cfg.evaluate.text_models) for cell in cells)}
     return counts, grid_metrics(summary)
@@ -417,11 +600,15 @@ def ablation(call: StageCall):
 
 ABLATE_SPECS: dict[str, StageSpec] = {
     "ablation": StageSpec(
-        "ablation", 4, ("name", "seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
-        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"), ablation,
+        "ablation",
+        4,
+        ("name", "seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
+        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+        ablation,
         "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
         "sample efficiency, the scaling-law fit checked on a held-out run",
-        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png")),
+        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+    ),
 }
 
 # inputs of the summary stage: what it reads of each cell
@@ -442,8 +629,11 @@ def audit(call: StageCall):
     summary = run_audit(files, evals, call.cfg, call.out)
     # per eval set and level, in the manifest (a cache hit logs them again); MLflow metric
     # names allow letters, digits and `_-. /` only
-    counts = {"corpus_texts": summary["corpus_texts"], "eval_captions": evals.num_rows,
-              **{re.sub(r"[^\w\-. /]", "_", k): v for k, v in audit_metrics(summary).items()}}
+    counts = {
+        "corpus_texts": summary["corpus_texts"],
+        "eval_captions": evals.num_rows,
+        **{re.sub(r"[^\w\-. /]", "_", k): v for k, v in audit_metrics(summary).items()},
+    }
     return counts, summary["stats"]
 
 
@@ -476,23 +666,40 @@ def audit_inputs(cfg: AuditConfig) -> tuple[list[Path], Any, dict[str, Manifest]
     for col in evals.columns:
         for v in col.to_pylist():
             eh.update(v.encode() + b"\0")
-    return files, evals, {
-        "corpus": Manifest.external("external:corpus", uri, h.hexdigest(), {"files": len(files), "texts": rows}),
-        "eval": Manifest.external("external:eval", ";".join(cfg.eval), eh.hexdigest(),
-                                  {"eval_sets": len(named), "captions": evals.num_rows}),
-    }
+    return (
+        files,
+        evals,
+        {
+            "corpus": Manifest.external("external:corpus", uri, h.hexdigest(), {"files": len(files), "texts": rows}),
+            "eval": Manifest.external(
+                "external:eval",
+                ";".join(cfg.eval),
+                eh.hexdigest(),
+                {"eval_sets": len(named), "captions": evals.num_rows},
+            ),
+        },
+    )
 
 
 AUDIT_SPECS: dict[str, StageSpec] = {
-    "audit": StageSpec("audit", 1, ("levels", "near", "embed"), ("eval.parquet", "matches.parquet", "summary.json",
-                                                                 "summary.md"), audit,
-                       "contamination audit of any corpus against eval sets: exact, near-duplicate, embedding",
-                       log_files=("summary.md", "summary.json", "matches.parquet")),
+    "audit": StageSpec(
+        "audit",
+        1,
+        ("levels", "near", "embed"),
+        ("eval.parquet", "matches.parquet", "summary.json", "summary.md"),
+        audit,
+        "contamination audit of any corpus against eval sets: exact, near-duplicate, embedding",
+        log_files=("summary.md", "summary.json", "matches.parquet"),
+    ),
 }
 
 
-FLOW_SPECS: dict[str, dict[str, StageSpec]] = {"pipeline": SPECS, "compare": COMPARE_SPECS, "ablate": ABLATE_SPECS,
-                                               "audit": AUDIT_SPECS}
+FLOW_SPECS: dict[str, dict[str, StageSpec]] = {
+    "pipeline": SPECS,
+    "compare": COMPARE_SPECS,
+    "ablate": ABLATE_SPECS,
+    "audit": AUDIT_SPECS,
+}
 
 
 def spec_of(inst: StageInstance) -> StageSpec:

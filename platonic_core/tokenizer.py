@@ -48,8 +48,9 @@ def load_tokenizer(path: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
-def encode(tok: Tokenizer, texts: list[str], max_len: int,
-           specials: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def encode(
+    tok: Tokenizer, texts: list[str], max_len: int, specials: dict[str, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """texts -> (input_ids, attention_mask), both (N, T) int64, T = longest (<= max_len)."""
     sp = specials or DEFAULT_SPECIALS
     encs = tok.encode_batch(texts)
@@ -65,9 +66,13 @@ def encode(tok: Tokenizer, texts: list[str], max_len: int,
 
 # ---- subword tokenizers (trained offline) and pretrained ones by hub name ------
 
-_SPECIAL_NAMES = {"pad": ["[PAD]", "<pad>", "<|pad|>"], "unk": ["[UNK]", "<unk>"],
-                  "cls": ["[CLS]", "<s>", "<|startoftext|>"], "sep": ["[SEP]", "</s>", "<|endoftext|>"],
-                  "mask": ["[MASK]", "<mask>"]}
+_SPECIAL_NAMES = {
+    "pad": ["[PAD]", "<pad>", "<|pad|>"],
+    "unk": ["[UNK]", "<unk>"],
+    "cls": ["[CLS]", "<s>", "<|startoftext|>"],
+    "sep": ["[SEP]", "</s>", "<|endoftext|>"],
+    "mask": ["[MASK]", "<mask>"],
+}
 
 
 def special_ids(tok: Tokenizer) -> dict[str, int]:

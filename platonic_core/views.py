@@ -33,14 +33,18 @@ def build_views(texts: Path, cfg: ViewsConfig, out: Path) -> dict[str, int]:
             groups.setdefault(r["image_id"], []).append(r["text"])
     good = [(i, g) for i, g in sorted(groups.items()) if len(g) >= cfg.n_views]
     rg = {"row_group_size": cfg.row_group_rows} if cfg.row_group_rows else {}
-    pq.write_table(pa.table({"image_id": [i for i, _ in good], "texts": [g for _, g in good]}), out / "good_views.parquet",
-                   **rg)
+    pq.write_table(
+        pa.table({"image_id": [i for i, _ in good], "texts": [g for _, g in good]}), out / "good_views.parquet", **rg
+    )
     single = [r for r in t if r["source_kind"] in cfg.text_sources]
     pq.write_table(pa.Table.from_pylist(single), out / "texts.parquet", **rg)
     tok = build_tokenizer([x for _, g in good for x in g] + [r["text"] for r in single], cfg)
     tok.save(str(out / "tokenizer.json"))
     (out / "meta.json").write_text(json.dumps({"max_len": cfg.max_len, "n_views": cfg.n_views}))
     return {
-        "good_images": len(good), "good_texts": sum(len(g) for _, g in good),
-        "images_too_few_texts": len(groups) - len(good), "texts": len(single), "vocab": tok.get_vocab_size(),
+        "good_images": len(good),
+        "good_texts": sum(len(g) for _, g in good),
+        "images_too_few_texts": len(groups) - len(good),
+        "texts": len(single),
+        "vocab": tok.get_vocab_size(),
     }

@@ -89,9 +89,16 @@ def state_dir(spec: StageSpec, inst: StageInstance, ctx: RunContext, key: str) -
     return None
 
 
-def execute(inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], mode: str, ctx: RunContext,
-            roles: dict[str, str] | None = None, context: dict[str, Any] | None = None,
-            folder: Path | None = None) -> Manifest:
+def execute(
+    inst: StageInstance,
+    cfg: Any,
+    inputs: dict[str, Manifest],
+    mode: str,
+    ctx: RunContext,
+    roles: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+    folder: Path | None = None,
+) -> Manifest:
     """Run (or reuse) one stage instance and return its manifest.
 
     `inputs` are named as the cache key and MLflow see them (upstream instance ids, or an
@@ -144,9 +151,18 @@ def _exclusive(store: ArtifactStore, inst: StageInstance, key: str) -> Iterator[
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _execute_locked(spec: StageSpec, inst: StageInstance, cfg: Any, inputs: dict[str, Manifest],
-                    roles: dict[str, str], context: dict[str, Any], mode: str, ctx: RunContext, key: str,
-                    folder: Path | None) -> Manifest:
+def _execute_locked(
+    spec: StageSpec,
+    inst: StageInstance,
+    cfg: Any,
+    inputs: dict[str, Manifest],
+    roles: dict[str, str],
+    context: dict[str, Any],
+    mode: str,
+    ctx: RunContext,
+    key: str,
+    folder: Path | None,
+) -> Manifest:
     store, c, log = ctx.store, ctx.client, stage_logger()
     hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
     if hit is not None and hit.counts.get("shards_failed"):
@@ -158,11 +174,19 @@ def _execute_locked(spec: StageSpec, inst: StageInstance, cfg: Any, inputs: dict
         )
     upstream_keys = {n: m.cache_key for n, m in inputs.items()}
     upstream_runs = {n: m.producer_run_id for n, m in inputs.items()}
-    run_id = c.create_run(ctx.experiment_id, run_name=inst.id, tags={
-        tracking.PARENT_TAG: ctx.parent_run_id, tracking.STAGE_TAG: inst.stage, tracking.INSTANCE_TAG: inst.id,
-        tracking.STAGE_VERSION_TAG: str(spec.version), tracking.CACHE_KEY_TAG: key,
-        tracking.UPSTREAM_TAG: json.dumps(upstream_keys), tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
-    }).info.run_id
+    run_id = c.create_run(
+        ctx.experiment_id,
+        run_name=inst.id,
+        tags={
+            tracking.PARENT_TAG: ctx.parent_run_id,
+            tracking.STAGE_TAG: inst.stage,
+            tracking.INSTANCE_TAG: inst.id,
+            tracking.STAGE_VERSION_TAG: str(spec.version),
+            tracking.CACHE_KEY_TAG: key,
+            tracking.UPSTREAM_TAG: json.dumps(upstream_keys),
+            tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
+        },
+    ).info.run_id
     try:
         the_slice = config_slice(spec, inst, cfg)
         tracking.log_params(c, run_id, tracking.flatten(the_slice))
@@ -170,8 +194,15 @@ def _execute_locked(spec: StageSpec, inst: StageInstance, cfg: Any, inputs: dict
             tracking.log_input(c, run_id, n, m.digest, m.uri, m.schema, m.counts)
         if hit is not None and mode != FORCE:
             log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
-            tracking.set_tags(c, run_id, {tracking.CACHE_HIT_TAG: "true", tracking.PRODUCER_TAG: hit.producer_run_id,
-                                          tracking.DIGEST_TAG: hit.digest})
+            tracking.set_tags(
+                c,
+                run_id,
+                {
+                    tracking.CACHE_HIT_TAG: "true",
+                    tracking.PRODUCER_TAG: hit.producer_run_id,
+                    tracking.DIGEST_TAG: hit.digest,
+                },
+            )
             tracking.log_metrics(c, run_id, hit.counts)
             tracking.log_text(c, run_id, hit.to_json(), "manifest.json")
             c.set_terminated(run_id, "FINISHED")
@@ -181,20 +212,46 @@ def _execute_locked(spec: StageSpec, inst: StageInstance, cfg: Any, inputs: dict
         tmp = store.staging(inst.id, key) if folder is None else store.in_place(folder)
         hooks = StageHooks(
             log_metrics=lambda metrics, step: tracking.log_metrics(c, run_id, metrics, step=step),
-            set_tags=lambda tags: tracking.set_tags(c, run_id, tags), logger=log,
-            mapper=mapper_for(cfg.fanout) if hasattr(cfg, "fanout") else None)
-        call = StageCall(inst, config_view(spec, inst, cfg), {r: inputs[n] for r, n in roles.items()}, tmp, hooks,
-                         state_dir=state_dir(spec, inst, ctx, key), cache_root=store.root, context=context)
+            set_tags=lambda tags: tracking.set_tags(c, run_id, tags),
+            logger=log,
+            mapper=mapper_for(cfg.fanout) if hasattr(cfg, "fanout") else None,
+        )
+        call = StageCall(
+            inst,
+            config_view(spec, inst, cfg),
+            {r: inputs[n] for r, n in roles.items()},
+            tmp,
+            hooks,
+            state_dir=state_dir(spec, inst, ctx, key),
+            cache_root=store.root,
+            context=context,
+        )
         counts, stats = spec.compute(call)
         stats = {**stats, "seconds": round(time.perf_counter() - t0, 3)}
-        manifest = store.commit(tmp, Manifest(
-            stage=inst.id, stage_version=spec.version, cache_key=key, uri="", digest="", counts=counts,
-            schema={}, config=the_slice, upstream=upstream_keys,
-            upstream_digests={n: m.digest for n, m in inputs.items()},
-            upstream_runs=upstream_runs, stats=stats, producer_run_id=run_id,
-        ), dest=folder)
-        tracking.set_tags(c, run_id, {tracking.CACHE_HIT_TAG: "false", tracking.PRODUCER_TAG: run_id,
-                                      tracking.DIGEST_TAG: manifest.digest})
+        manifest = store.commit(
+            tmp,
+            Manifest(
+                stage=inst.id,
+                stage_version=spec.version,
+                cache_key=key,
+                uri="",
+                digest="",
+                counts=counts,
+                schema={},
+                config=the_slice,
+                upstream=upstream_keys,
+                upstream_digests={n: m.digest for n, m in inputs.items()},
+                upstream_runs=upstream_runs,
+                stats=stats,
+                producer_run_id=run_id,
+            ),
+            dest=folder,
+        )
+        tracking.set_tags(
+            c,
+            run_id,
+            {tracking.CACHE_HIT_TAG: "false", tracking.PRODUCER_TAG: run_id, tracking.DIGEST_TAG: manifest.digest},
+        )
         tracking.log_metrics(c, run_id, {**counts, **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})
         tracking.log_text(c, run_id, manifest.to_json(), "manifest.json")
         for name in spec.log_files:
@@ -221,8 +278,9 @@ def _runner(inst: StageInstance):
     return stage_task.with_options(name=inst.stage, task_run_name=inst.id)
 
 
-def run_instance(inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], mode: str, ctx: RunContext,
-                 **kw: Any) -> Manifest:
+def run_instance(
+    inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], mode: str, ctx: RunContext, **kw: Any
+) -> Manifest:
     """One instance, as a task run when inside a flow."""
     m = _runner(inst)(inst, cfg, inputs, mode, ctx, **kw)
     if m.counts.get("shards_failed"):
@@ -242,8 +300,7 @@ def run_instances(cfg: Any, insts: list[StageInstance], modes: dict[str, str], c
         roles = upstream(cfg, inst)
         inputs = {up: done[up] for up in roles.values()}
         externals = spec.external(cfg, inst) if spec.external is not None else {}
-        return (inst, cfg, {**inputs, **externals}, modes[inst.id], ctx,
-                {**roles, **{n: n for n in externals}})
+        return (inst, cfg, {**inputs, **externals}, modes[inst.id], ctx, {**roles, **{n: n for n in externals}})
 
     todo = [i for i in insts if modes[i.id] != SKIP]
     while todo:

@@ -30,8 +30,14 @@ def dask_runner(fanout):
     if address:
         return DaskTaskRunner(address=address)
     # processes, one thread each: shard work is CPU-bound Python/Arrow code
-    return DaskTaskRunner(cluster_kwargs={"n_workers": fanout.workers, "threads_per_worker": 1, "processes": True,
-                                          "dashboard_address": ":0"})  # a free port: never clash
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": fanout.workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "dashboard_address": ":0",
+        }
+    )  # a free port: never clash
 
 
 def mapper_for(fanout) -> Mapper | None:

@@ -26,11 +26,16 @@ def _node(c, run_id: str) -> dict:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     t = r.data.tags
     return {
-        "stage": t.get(tracking.INSTANCE_TAG, "?"), "run_id": run_id,
-        "cache_key": t.get(tracking.CACHE_KEY_TAG), "digest": t.get(tracking.DIGEST_TAG),
-        "cache_hit": t.get(tracking.CACHE_HIT_TAG) == "true", "producer_run_id": t.get(tracking.PRODUCER_TAG),
+        "stage": t.get(tracking.INSTANCE_TAG, "?"),
+        "run_id": run_id,
+        "cache_key": t.get(tracking.CACHE_KEY_TAG),
+        "digest": t.get(tracking.DIGEST_TAG),
+        "cache_hit": t.get(tracking.CACHE_HIT_TAG) == "true",
+        "producer_run_id": t.get(tracking.PRODUCER_TAG),
         "config": dict(sorted(r.data.params.items())),
-        "inputs": [{"name": d.dataset.name, "digest": d.dataset.digest} for d in (r.inputs.dataset_inputs if r.inputs else [])],
+        "inputs": [
+            {"name": d.dataset.name, "digest": d.dataset.digest} for d in (r.inputs.dataset_inputs if r.inputs else [])
+        ],
         "upstream_runs": json.loads(t.get(tracking.UPSTREAM_RUNS_TAG, "{}")),
     }
 
@@ -46,8 +51,12 @@ def trace(run_id: str, out_dir: str) -> dict:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
         # inputs are every cell), else from its evaluate child
         for stage in ("ablation", "evaluate"):
-            kids = c.search_runs([run.info.experiment_id], filter_string=(
-                f"tags.`{tracking.PARENT_TAG}` = '{run_id}' and tags.`{tracking.STAGE_TAG}` = '{stage}'"))
+            kids = c.search_runs(
+                [run.info.experiment_id],
+                filter_string=(
+                    f"tags.`{tracking.PARENT_TAG}` = '{run_id}' and tags.`{tracking.STAGE_TAG}` = '{stage}'"
+                ),
+            )
             if kids:
                 run_id = kids[0].info.run_id
                 break
@@ -84,8 +93,10 @@ def print_lineage(tree: dict) -> None:
             root = ".".join(parts[:depth]) if len(parts) > depth else ""
             groups.setdefault(root, []).append(f"{k.removeprefix(root + '.') if root else k}={v}")
         cfg = escape("; ".join(f"{r}: {', '.join(f)}" if r else ", ".join(f) for r, f in groups.items()))
-        return (f"[bold]{n['stage']}[/]  run {n['run_id']}{hit}\n"
-                f"  cache key {n['cache_key']}  digest {(n['digest'] or '')[:16]}\n  config: {cfg}")
+        return (
+            f"[bold]{n['stage']}[/]  run {n['run_id']}{hit}\n"
+            f"  cache key {n['cache_key']}  digest {(n['digest'] or '')[:16]}\n  config: {cfg}"
+        )
 
     def add(t: Tree, n: dict) -> None:
         sub = t.add(label(n))

@@ -20,8 +20,14 @@ from .executor import RunContext
 
 
 @contextmanager
-def parent_run(out_dir: str | Path, experiment: str, name: str, config: dict, tags: dict[str, str],
-               params: dict[str, Any] | None = None) -> Iterator[RunContext]:
+def parent_run(
+    out_dir: str | Path,
+    experiment: str,
+    name: str,
+    config: dict,
+    tags: dict[str, str],
+    params: dict[str, Any] | None = None,
+) -> Iterator[RunContext]:
     """Open the parent run of one flow run or command (tags: Prefect flow-run id when in a
     flow, git commit, config digest; the config as `config.yaml`; `params` flattened), yield
     the context stage executions log under, and close the run FINISHED, or FAILED if the
@@ -31,8 +37,12 @@ def parent_run(out_dir: str | Path, experiment: str, name: str, config: dict, ta
     out = Path(out_dir).resolve()
     c = tracking.client(out)
     exp = tracking.experiment_id(c, experiment, out)
-    tags = {tracking.RECIPE_TAG: name, tracking.CONFIG_DIGEST_TAG: stable_hash(config),
-            tracking.PREFECT_FLOW_RUN_TAG: str(runtime.flow_run.id or ""), **tags}
+    tags = {
+        tracking.RECIPE_TAG: name,
+        tracking.CONFIG_DIGEST_TAG: stable_hash(config),
+        tracking.PREFECT_FLOW_RUN_TAG: str(runtime.flow_run.id or ""),
+        **tags,
+    }
     if commit := tracking.git_commit():
         tags[tracking.GIT_COMMIT_TAG] = commit
     run_id = c.create_run(exp, run_name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags=tags).info.run_id
@@ -74,9 +84,12 @@ def load_ablation_run(experiment: str, out_dir: str, run_id: str | None = None) 
         exp = c.get_experiment_by_name(experiment)
         if exp is None:
             raise LookupError(f"no MLflow experiment {experiment!r} at {tracking.tracking_uri(out_dir)}")
-        runs = c.search_runs([exp.experiment_id],
-                             f"tags.`{tracking.FLOW_TAG}` = 'ablate' and attributes.status = 'FINISHED'",
-                             order_by=["attributes.start_time DESC"], max_results=1)
+        runs = c.search_runs(
+            [exp.experiment_id],
+            f"tags.`{tracking.FLOW_TAG}` = 'ablate' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
         if not runs:
             raise LookupError(f"experiment {experiment!r} has no finished ablation run (run `platonic ablate` first)")
         run_id = runs[0].info.run_id

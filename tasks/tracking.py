@@ -94,8 +94,14 @@ def set_tags(c: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
 
 def log_input(c: MlflowClient, run_id: str, name: str, digest: str, uri: str, schema: dict, counts: dict) -> None:
     """An upstream artifact as an MLflow dataset input: searchable by `datasets.digest`."""
-    ds = Dataset(name=name, digest=digest[:36], source_type="local" if "://" not in uri else uri.split("://")[0],
-                 source=json.dumps({"uri": uri}), schema=json.dumps(schema)[:60000], profile=json.dumps(counts))
+    ds = Dataset(
+        name=name,
+        digest=digest[:36],
+        source_type="local" if "://" not in uri else uri.split("://")[0],
+        source=json.dumps({"uri": uri}),
+        schema=json.dumps(schema)[:60000],
+        profile=json.dumps(counts),
+    )
     c.log_inputs(run_id, datasets=[DatasetInput(ds, tags=[InputTag("mlflow.data.context", "upstream")])])
 
 

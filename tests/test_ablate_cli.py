@@ -20,8 +20,14 @@ REPO = Path(__file__).resolve().parents[1]
 def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.run([sys.executable, "-m", "platonic.flows.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +35,21 @@ def quick(tmp_path_factory):
     d = tmp_path_factory.mktemp("ablate")
     # --quick plus a smaller world and shorter runs: the mechanics, not the numbers, are
     # under test here, and CI time is shared (the quick grid alone takes ~5.5 min)
-    shrink = ["world.n_train=1500", "world.n_eval=256", "evaluate.bootstrap=50",
-              *(f"train.models.{m}.steps=60" for m in ("good", "bad", "ntp")), "train.models.image.steps=50"]
-    p = platonic(d, "ablate", str(REPO / "configs" / "table7.yaml"), "--quick", "--json",
-                 *(a for s in shrink for a in ("--base-set", s)))
+    shrink = [
+        "world.n_train=1500",
+        "world.n_eval=256",
+        "evaluate.bootstrap=50",
+        *(f"train.models.{m}.steps=60" for m in ("good", "bad", "ntp")),
+        "train.models.image.steps=50",
+    ]
+    p = platonic(
+        d,
+        "ablate",
+        str(REPO / "configs" / "table7.yaml"),
+        "--quick",
+        "--json",
+        *(a for s in shrink for a in ("--base-set", s)),
+    )
     assert p.returncode == 0, p.stderr[-4000:]
     return d, json.loads(p.stdout)
 

@@ -44,18 +44,21 @@ def test_overrides_reach_the_recipe_and_the_base():
     assert all(c.kind == "grid" and c.cfg.world.n_train == 500 for c in cells)
 
 
-@pytest.mark.parametrize("sets, needle", [
-    (["columns=[good, ntp, image]"], "column 'image' is the image model"),
-    (["columns=[good, ntp, nope]"], "model 'nope', not in train.models"),
-    (["seeds=[1, 1]"], "seeds repeat"),
-    (["seeds=[1]"], "seeds"),
-    (["rows.recaptions.good_sources=[captions]"], "rows.recaptions.good_sources"),
-    (["scaling.row=missing"], "scaling.row 'missing'"),
-    (["efficiency.reference=bad2"], "efficiency refers to model 'bad2'"),
-    (["scaling.fit_fractions=[0.5, 1.5, 0.2]"], "fit_fractions"),
-    (["base=nowhere.yaml"], "nowhere.yaml: no such recipe file"),
-    (["rows.recaptions.good_sources=[alt]"], "row 'recaptions': good views need 2 texts per image"),
-])
+@pytest.mark.parametrize(
+    "sets, needle",
+    [
+        (["columns=[good, ntp, image]"], "column 'image' is the image model"),
+        (["columns=[good, ntp, nope]"], "model 'nope', not in train.models"),
+        (["seeds=[1, 1]"], "seeds repeat"),
+        (["seeds=[1]"], "seeds"),
+        (["rows.recaptions.good_sources=[captions]"], "rows.recaptions.good_sources"),
+        (["scaling.row=missing"], "scaling.row 'missing'"),
+        (["efficiency.reference=bad2"], "efficiency refers to model 'bad2'"),
+        (["scaling.fit_fractions=[0.5, 1.5, 0.2]"], "fit_fractions"),
+        (["base=nowhere.yaml"], "nowhere.yaml: no such recipe file"),
+        (["rows.recaptions.good_sources=[alt]"], "row 'recaptions': good views need 2 texts per image"),
+    ],
+)
 def test_bad_recipes_are_one_line_errors(sets, needle):
     with pytest.raises(ConfigError) as e:
         load_ablation("configs/table7.yaml", sets)
@@ -67,18 +70,38 @@ def _records(rows=("r1",), seeds=(0, 1, 2)):
     out = []
     for row in rows:
         for seed in seeds:
-            good = [{"samples": n, "mutual_knn": y} for n, y in [(100, 0.02), (200, 0.05), (400, 0.09 + 0.001 * seed), (800, 0.12)]]
+            good = [
+                {"samples": n, "mutual_knn": y}
+                for n, y in [(100, 0.02), (200, 0.05), (400, 0.09 + 0.001 * seed), (800, 0.12)]
+            ]
             ntp = [{"samples": n, "mutual_knn": y} for n, y in [(100, 0.02), (200, 0.03), (400, 0.05), (800, 0.07)]]
-            for col, pts, tps, score in (("good", good, 2, 0.12 + 0.01 * seed), ("ntp", ntp, 1, 0.07), ("bad", None, 1, 0.05)):
-                out.append({"kind": "grid", "row": row, "seed": seed, "column": col, "samples": 800,
-                            "mutual_knn": score, "t2i_R@1": 0.1, "heldout_residual": 1.1, "chance": 0.01, "n": 512,
-                            "curve": {"points": pts, "texts_per_sample": tps} if pts else None})
+            for col, pts, tps, score in (
+                ("good", good, 2, 0.12 + 0.01 * seed),
+                ("ntp", ntp, 1, 0.07),
+                ("bad", None, 1, 0.05),
+            ):
+                out.append(
+                    {
+                        "kind": "grid",
+                        "row": row,
+                        "seed": seed,
+                        "column": col,
+                        "samples": 800,
+                        "mutual_knn": score,
+                        "t2i_R@1": 0.1,
+                        "heldout_residual": 1.1,
+                        "chance": 0.01,
+                        "n": 512,
+                        "curve": {"points": pts, "texts_per_sample": tps} if pts else None,
+                    }
+                )
     return out
 
 
 def _abl(**kw):
-    return AblationConfig.model_validate({"rows": {"r1": {"good_sources": ["recap"], "text_sources": ["recap"]}},
-                                          "seeds": [0, 1, 2], **kw})
+    return AblationConfig.model_validate(
+        {"rows": {"r1": {"good_sources": ["recap"], "text_sources": ["recap"]}}, "seeds": [0, 1, 2], **kw}
+    )
 
 
 def test_grid_table_mean_and_t_interval():
@@ -99,7 +122,10 @@ def test_efficiency_ratio_from_curves():
         assert p["status"] == "reached" and p["samples_needed"] == pytest.approx(needed)
         assert p["sample_ratio"] == pytest.approx(800 / needed)
         assert p["text_ratio"] == pytest.approx(800 / needed / 2)  # a good sample reads 2 texts
-    assert e["seeds_reached"] == 3 and e["sample_ratio"]["ci"][0] < e["sample_ratio"]["geomean"] < e["sample_ratio"]["ci"][1]
+    assert (
+        e["seeds_reached"] == 3
+        and e["sample_ratio"]["ci"][0] < e["sample_ratio"]["geomean"] < e["sample_ratio"]["ci"][1]
+    )
 
 
 def test_efficiency_counts_seeds_that_never_get_there():
@@ -116,10 +142,26 @@ def test_scaling_check_and_forecast_hold_out_the_full_budget():
     recs = []
     for seed in range(3):
         for n in (500, 1000, 2000, 4000):
-            recs.append({"kind": "scaling", "row": "r1", "seed": seed, "column": "good", "samples": n,
-                         "mutual_knn": law(n) + 0.001 * (seed - 1)})
-        recs.append({"kind": "grid", "row": "r1", "seed": seed, "column": "good", "samples": 8000,
-                     "mutual_knn": law(8000) + 0.001 * (seed - 1)})
+            recs.append(
+                {
+                    "kind": "scaling",
+                    "row": "r1",
+                    "seed": seed,
+                    "column": "good",
+                    "samples": n,
+                    "mutual_knn": law(n) + 0.001 * (seed - 1),
+                }
+            )
+        recs.append(
+            {
+                "kind": "grid",
+                "row": "r1",
+                "seed": seed,
+                "column": "good",
+                "samples": 8000,
+                "mutual_knn": law(8000) + 0.001 * (seed - 1),
+            }
+        )
     abl = _abl(columns=["good"], efficiency=None, scaling={"row": "r1"})
     s = scaling_check(abl, recs)
     assert s["fitted_budgets"] == [500, 1000, 2000, 4000] and s["samples"] == 8000
@@ -136,8 +178,13 @@ def test_scaling_check_and_forecast_hold_out_the_full_budget():
 def test_paired_differences_remove_the_shared_seed_spread():
     from platonic.core.ablation import paired_differences
 
-    cells = {"confidence": 0.95, "rows": {"r1": "row one"}, "columns": ["good", "ntp", "bad"], "seeds": [0, 1, 2],
-             "records": _records()}
+    cells = {
+        "confidence": 0.95,
+        "rows": {"r1": "row one"},
+        "columns": ["good", "ntp", "bad"],
+        "seeds": [0, 1, 2],
+        "records": _records(),
+    }
     d = {(x["a"][1], x["b"][1]): x for x in paired_differences(cells) if x["kind"] == "objective"}
     assert d[("good", "ntp")]["per_seed"] == pytest.approx([0.05, 0.06, 0.07])
     assert d[("ntp", "bad")]["mean"] == pytest.approx(0.02) and d[("ntp", "bad")]["std"] == pytest.approx(0.0)

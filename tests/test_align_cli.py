@@ -16,8 +16,12 @@ pytestmark = pytest.mark.e2e  # every test runs the CLI as a subprocess
 
 
 def align(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "platonic.flows.cli", "align", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "align", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -45,13 +49,16 @@ def test_best_layer_pair_across_formats(files):
     assert out["layer_a"] == out["layer_b"] and out["cka"] == pytest.approx(1.0, abs=1e-3)  # same stack
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("a.npy", "nan.npy"), "NaN"),
-    (("a.npy", "short.npy"), "sample counts differ"),
-    (("short.npy", "short.npy", "--k", "50"), "at least k+1"),
-    (("a.npy", "missing.npy"), "no such feature file"),
-    (("a.npy", "a.npy", "--metric", "svcca"), "unknown metric"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("a.npy", "nan.npy"), "NaN"),
+        (("a.npy", "short.npy"), "sample counts differ"),
+        (("short.npy", "short.npy", "--k", "50"), "at least k+1"),
+        (("a.npy", "missing.npy"), "no such feature file"),
+        (("a.npy", "a.npy", "--metric", "svcca"), "unknown metric"),
+    ],
+)
 def test_errors_are_one_line_exit_2(files, args, needle):
     p = align(*[files / a if a.endswith(("npy", "npz", "pt", "parquet")) else a for a in args])
     assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

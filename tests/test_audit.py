@@ -96,9 +96,13 @@ def test_near_level_recalls_planted_edits(bench):
     assert min(near["recall_by_edit"].values()) >= 0.9, near
     # the report counts what matches.parquet holds
     s = summary["eval_sets"]["bench"]
-    assert s["levels"]["exact"]["captions"] == len({e for e, lv in zip(matches["eval_text_id"].to_pylist(),
-                                                                      matches["level"].to_pylist(), strict=True)
-                                                    if lv == "exact"})
+    assert s["levels"]["exact"]["captions"] == len(
+        {
+            e
+            for e, lv in zip(matches["eval_text_id"].to_pylist(), matches["level"].to_pylist(), strict=True)
+            if lv == "exact"
+        }
+    )
     assert s["levels"]["near"]["captions"] == len(set(matches["eval_text_id"].to_pylist()))
     assert s["levels"]["near"]["captions_new"] == s["levels"]["near"]["captions"] - s["levels"]["exact"]["captions"]
     assert summary["corpus_texts"] == 20_000
@@ -108,8 +112,10 @@ def test_near_level_recalls_planted_edits(bench):
 
 
 def _karpathy(path: Path, captions: dict[str, list[str]], split: str = "test") -> Path:
-    images = [{"filename": f"{i}.jpg", "split": split, "imgid": int(i), "sentences": [{"raw": c} for c in cs]}
-              for i, cs in captions.items()]
+    images = [
+        {"filename": f"{i}.jpg", "split": split, "imgid": int(i), "sentences": [{"raw": c} for c in cs]}
+        for i, cs in captions.items()
+    ]
     path.write_text(json.dumps({"images": images}))
     return path
 
@@ -119,13 +125,20 @@ def test_eval_specs_load_through_the_real_loaders(tmp_path):
     from PIL import Image
 
     img = Image.fromarray(np.zeros((4, 4, 3), np.uint8))
-    ds = datasets.Dataset.from_dict({"image": [img, img], "text": [["a wit caption", "its second"], ["another"]]},
-                                    features=datasets.Features({"image": datasets.Image(),
-                                                                "text": datasets.Sequence(datasets.Value("string"))}))
+    ds = datasets.Dataset.from_dict(
+        {"image": [img, img], "text": [["a wit caption", "its second"], ["another"]]},
+        features=datasets.Features({"image": datasets.Image(), "text": datasets.Sequence(datasets.Value("string"))}),
+    )
     ds.to_parquet(str(tmp_path / "wit.parquet"))
     name, wit = load_eval_spec(f"prh:{tmp_path / 'wit.parquet'}")
-    assert wit.captions == ["a wit caption", "its second", "another"] and wit.caption_image == ["000000", "000000", "000001"]
-    name, flickr = load_eval_spec(f"flickr_karpathy:{_karpathy(tmp_path / 'dataset_flickr30k.json', {'1': ['x', 'y']})}")
+    assert wit.captions == ["a wit caption", "its second", "another"] and wit.caption_image == [
+        "000000",
+        "000000",
+        "000001",
+    ]
+    name, flickr = load_eval_spec(
+        f"flickr_karpathy:{_karpathy(tmp_path / 'dataset_flickr30k.json', {'1': ['x', 'y']})}"
+    )
     assert name == "flickr_karpathy:test" and flickr.captions == ["x", "y"]
     _karpathy(tmp_path / "dataset_coco.json", {"5": ["v"]}, split="val")
     name, coco = load_eval_spec(f"coco_karpathy:{tmp_path / 'dataset_coco.json'}@val")
@@ -151,8 +164,10 @@ def test_corpus_inputs_are_checked(tmp_path):
     # a folder: its text-schema tables, not its other ones (quarantine, image index)
     (tmp_path / "shards").mkdir()
     for n in range(2):
-        pq.write_table(text_table([{"image_id": "i", "text_id": f"t{n}", "source_kind": "alt", "text": "..."}]),
-                       tmp_path / "shards" / f"part-{n}.parquet")
+        pq.write_table(
+            text_table([{"image_id": "i", "text_id": f"t{n}", "source_kind": "alt", "text": "..."}]),
+            tmp_path / "shards" / f"part-{n}.parquet",
+        )
     pq.write_table(pa.table({"reason": ["x"]}), tmp_path / "shards" / "quarantine.parquet")
     files = corpus_files([tmp_path / "shards"])
     assert [f.name for f in files] == ["part-0.parquet", "part-1.parquet"]
@@ -172,9 +187,9 @@ def _write(path: Path, text: str) -> Path:
 # ---- the report: several eval sets, levels, provenance ------------------------------------
 
 CORPUS = [  # image, text id, kind, text
-    ("A", "A:alt:0", "alt", "Two dogs play in the SNOW!"),          # exact: coco 1#0
+    ("A", "A:alt:0", "alt", "Two dogs play in the SNOW!"),  # exact: coco 1#0
     ("A", "A:recap:0", "recap", "two dogs are playing in the snow"),  # near: coco 1#0 (not exact)
-    ("B", "B:alt:0", "alt", "a man rides a red bicycle"),           # exact: flickr 9#1 and wit
+    ("B", "B:alt:0", "alt", "a man rides a red bicycle"),  # exact: flickr 9#1 and wit
     ("C", "C:alt:0", "alt", "an unrelated sentence about tea"),
     ("D", "D:paraphrase:0", "paraphrase", "A man rides a red bicycle down the street"),  # near: flickr 9#1
 ]
@@ -182,8 +197,10 @@ CORPUS = [  # image, text id, kind, text
 
 @pytest.fixture()
 def report_inputs(tmp_path):
-    rows = [{"image_id": i, "text_id": t, "source_kind": k, "text": x, "source_uri": "shard-0.parquet",
-             "source_row": n} for n, (i, t, k, x) in enumerate(CORPUS)]
+    rows = [
+        {"image_id": i, "text_id": t, "source_kind": k, "text": x, "source_uri": "shard-0.parquet", "source_row": n}
+        for n, (i, t, k, x) in enumerate(CORPUS)
+    ]
     pq.write_table(text_table(rows), tmp_path / "corpus.parquet")
     _karpathy(tmp_path / "dataset_coco.json", {"1": ["two dogs play in the snow", "dogs in snow"], "2": ["a cat"]})
     _karpathy(tmp_path / "dataset_flickr30k.json", {"9": ["a boy runs", "a man rides a red bicycle"]})
@@ -193,8 +210,11 @@ def report_inputs(tmp_path):
 
 def test_audit_report_per_eval_set_and_level(report_inputs):
     d = report_inputs
-    specs = [f"coco_karpathy:{d / 'dataset_coco.json'}", f"flickr_karpathy:{d / 'dataset_flickr30k.json'}",
-             f"captions:{d / 'wit.txt'}"]
+    specs = [
+        f"coco_karpathy:{d / 'dataset_coco.json'}",
+        f"flickr_karpathy:{d / 'dataset_flickr30k.json'}",
+        f"captions:{d / 'wit.txt'}",
+    ]
     evals = eval_table(dict(load_eval_spec(s) for s in specs))
     out = d / "out"
     out.mkdir()
@@ -203,7 +223,12 @@ def test_audit_report_per_eval_set_and_level(report_inputs):
     coco, flickr, wit = (s["eval_sets"][k] for k in ("coco_karpathy:test", "flickr_karpathy:test", "captions:wit"))
     assert (coco["eval_captions"], coco["eval_images"]) == (3, 2)
     assert coco["levels"]["exact"] | {"texts_by_kind": None} == {
-        "captions": 1, "images": 1, "texts": 1, "captions_new": 1, "texts_by_kind": None}
+        "captions": 1,
+        "images": 1,
+        "texts": 1,
+        "captions_new": 1,
+        "texts_by_kind": None,
+    }
     assert coco["levels"]["near"]["texts"] == 2 and coco["levels"]["near"]["captions_new"] == 0
     assert coco["levels"]["near"]["texts_by_kind"] == {"alt": 1, "recap": 1}
     assert flickr["levels"]["exact"]["captions"] == 1 and flickr["levels"]["near"]["texts"] == 2
@@ -226,13 +251,16 @@ def test_embed_level_finds_paraphrases(report_inputs):
     d = report_inputs
     evals = eval_table(dict([load_eval_spec(f"captions:{d / 'wit.txt'}")]))
     (d / "para.txt").write_text("A guy is riding a red bike.\n")
-    rows = [{"image_id": "P", "text_id": "P:alt:0", "source_kind": "alt", "text": "A guy is riding a red bike."},
-            {"image_id": "Q", "text_id": "Q:alt:0", "source_kind": "alt", "text": "Stock prices fell sharply today."}]
+    rows = [
+        {"image_id": "P", "text_id": "P:alt:0", "source_kind": "alt", "text": "A guy is riding a red bike."},
+        {"image_id": "Q", "text_id": "Q:alt:0", "source_kind": "alt", "text": "Stock prices fell sharply today."},
+    ]
     pq.write_table(text_table(rows), d / "para.parquet")
     out = d / "embed"
     out.mkdir()
-    cfg = AuditConfig(corpus=[str(d / "para.parquet")], eval=["-"], levels=["exact", "near", "embed"],
-                      embed={"threshold": 0.7})
+    cfg = AuditConfig(
+        corpus=[str(d / "para.parquet")], eval=["-"], levels=["exact", "near", "embed"], embed={"threshold": 0.7}
+    )
     s = audit(cfg.corpus, evals, cfg, out)
     lv = s["eval_sets"]["captions:wit"]["levels"]
     assert lv["exact"]["captions"] == lv["near"]["captions"] == 0
@@ -247,17 +275,24 @@ def test_embed_level_finds_paraphrases(report_inputs):
 def _stage_inputs(d: Path) -> tuple[Path, Path]:
     rows = [{"image_id": i, "text_id": t, "source_kind": k, "text": x} for i, t, k, x in CORPUS]
     pq.write_table(text_table(rows), d / "texts.parquet")
-    pq.write_table(text_table([{"image_id": "E1", "text_id": "E1:eval:0", "source_kind": "eval",
-                                "text": "two dogs play in the snow"}]), d / "eval.parquet")
+    pq.write_table(
+        text_table(
+            [{"image_id": "E1", "text_id": "E1:eval:0", "source_kind": "eval", "text": "two dogs play in the snow"}]
+        ),
+        d / "eval.parquet",
+    )
     return d / "texts.parquet", d / "eval.parquet"
 
 
-@pytest.mark.parametrize("remove,policy,removed", [
-    (["exact"], "drop_text", {"A:alt:0": "exact_match"}),
-    (["exact", "near"], "drop_text", {"A:alt:0": "exact_match", "A:recap:0": "near_match"}),
-    (["exact"], "drop_image", {"A:alt:0": "exact_match", "A:recap:0": "image_group_of_match"}),
-    ([], "drop_text", {}),
-])
+@pytest.mark.parametrize(
+    "remove,policy,removed",
+    [
+        (["exact"], "drop_text", {"A:alt:0": "exact_match"}),
+        (["exact", "near"], "drop_text", {"A:alt:0": "exact_match", "A:recap:0": "near_match"}),
+        (["exact"], "drop_image", {"A:alt:0": "exact_match", "A:recap:0": "image_group_of_match"}),
+        ([], "drop_text", {}),
+    ],
+)
 def test_dedup_stage_removes_per_level_and_counts_add_up(tmp_path, remove, policy, removed):
     texts, ev = _stage_inputs(tmp_path)
     out = tmp_path / "out"
@@ -305,7 +340,9 @@ def test_world_leak_is_found_at_the_exact_level(tmp_path):
 
     (tmp_path / "world").mkdir()
     (tmp_path / "ingest").mkdir()
-    leaked = generate_world(WorldConfig(n_train=600, n_eval=100, eval_leak=0.1), tmp_path / "world")["eval_captions_leaked"]
+    leaked = generate_world(WorldConfig(n_train=600, n_eval=100, eval_leak=0.1), tmp_path / "world")[
+        "eval_captions_leaked"
+    ]
     ingest_world(tmp_path / "world", IngestConfig(), tmp_path / "ingest")
     name, ev = load_eval_spec(f"world:{tmp_path / 'world'}")
     out = tmp_path / "out"
@@ -327,8 +364,17 @@ def test_audit_command_logs_to_mlflow_and_caches(report_inputs, monkeypatch):
 
     d = report_inputs
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    args = ["audit", "--corpus", str(d / "corpus.parquet"), "--eval", f"captions:{d / 'wit.txt'}",
-            "--eval", f"flickr_karpathy:{d / 'dataset_flickr30k.json'}", "--out-dir", str(d / ".platonic")]
+    args = [
+        "audit",
+        "--corpus",
+        str(d / "corpus.parquet"),
+        "--eval",
+        f"captions:{d / 'wit.txt'}",
+        "--eval",
+        f"flickr_karpathy:{d / 'dataset_flickr30k.json'}",
+        "--out-dir",
+        str(d / ".platonic"),
+    ]
     r = CliRunner().invoke(app, [*args, "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)

@@ -22,13 +22,24 @@ def setup(tmp_path_factory, prefect_harness):
     paths = build_standins(tmp / "si", n=30)
     res = pipeline(load_config(ROOT / "configs" / "tiny.yaml", [f"out_dir={tmp / 'pipe'}"]).model_dump(mode="json"))
     recipe = {
-        "name": "t", "out_dir": str(tmp / "out"), "k": 5, "bootstrap": 20,
+        "name": "t",
+        "out_dir": str(tmp / "out"),
+        "k": 5,
+        "bootstrap": 20,
         "eval_sets": {
             "wit_like": {"kind": "prh", "source": paths["prh"]},
-            "w_train": {"kind": "karpathy", "source": paths["karpathy"], "image_root": str(Path(paths["karpathy"]).parent),
-                        "split": "train"},
-            "w_test": {"kind": "karpathy", "source": paths["karpathy"], "image_root": str(Path(paths["karpathy"]).parent),
-                       "split": "test"},
+            "w_train": {
+                "kind": "karpathy",
+                "source": paths["karpathy"],
+                "image_root": str(Path(paths["karpathy"]).parent),
+                "split": "train",
+            },
+            "w_test": {
+                "kind": "karpathy",
+                "source": paths["karpathy"],
+                "image_root": str(Path(paths["karpathy"]).parent),
+                "split": "test",
+            },
         },
         "retrieval": [{"fit": "w_train", "eval": "w_test"}],
         "text_models": {
@@ -64,7 +75,6 @@ def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
     r = ret["ours_good"]["ours_image"]["procrustes"]
     assert 0 <= r["t2i_R@1"] <= r["t2i_R@5"] <= 1 and 0 <= r["i2t_R@1"] <= r["i2t_R@5"] <= 1
 
-
     import dataclasses
 
     from platonic.core.stages import COMPARE_SPECS
@@ -80,7 +90,10 @@ def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
 
 def test_compare_recipe_errors():
     with pytest.raises(ConfigError, match="unknown key 'text_models.x.pool'"):
-        load_config(ROOT / "configs" / "compare_tiny.yaml", ["text_models.x.pool=mean", "text_models.x.id=a"],
-                    model=CompareConfig)
+        load_config(
+            ROOT / "configs" / "compare_tiny.yaml",
+            ["text_models.x.pool=mean", "text_models.x.id=a"],
+            model=CompareConfig,
+        )
     cfg = load_config(ROOT / "configs" / "paper_table.yaml", model=CompareConfig)
     assert cfg.eval_sets["wit1024"].revision == "wit_1024" and "dinov2-b" in cfg.vision_models

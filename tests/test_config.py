@@ -48,10 +48,17 @@ def test_demo_recipe_loads(demo):
 
 
 def test_overrides_apply_and_are_typed(demo):
-    cfg = load_config(None, [
-        "world.seed=3", "train.models.good.steps=5", "world.concentration=0.25",
-        "views.good_sources=[recap, paraphrase]", "dedup.policy=drop_image", "name=other",
-    ])
+    cfg = load_config(
+        None,
+        [
+            "world.seed=3",
+            "train.models.good.steps=5",
+            "world.concentration=0.25",
+            "views.good_sources=[recap, paraphrase]",
+            "dedup.policy=drop_image",
+            "name=other",
+        ],
+    )
     assert cfg.world.seed == 3 and type(cfg.world.seed) is int
     assert cfg.train.models["good"].steps == 5 and type(cfg.train.models["good"].steps) is int
     assert cfg.world.concentration == 0.25 and isinstance(cfg.world.concentration, float)
@@ -72,11 +79,14 @@ def test_apply_overrides_does_not_mutate_its_input():
     assert out == {"world": {"seed": 9}, "new": {"section": {"key": 1}}}
 
 
-@pytest.mark.parametrize("item, key", [
-    ("world.sed=1", "world.sed"),
-    ("train.models.good.stepz=5", "train.models.good.stepz"),
-    ("nosuchsection.x=1", "nosuchsection"),
-])
+@pytest.mark.parametrize(
+    "item, key",
+    [
+        ("world.sed=1", "world.sed"),
+        ("train.models.good.stepz=5", "train.models.good.stepz"),
+        ("nosuchsection.x=1", "nosuchsection"),
+    ],
+)
 def test_unknown_key_names_the_dotted_key(item, key):
     with pytest.raises(ConfigError) as e:
         load_config(None, [item])
@@ -85,13 +95,16 @@ def test_unknown_key_names_the_dotted_key(item, key):
     assert "\n" not in str(e.value)  # one line for the user
 
 
-@pytest.mark.parametrize("item, key", [
-    ("world.seed=abc", "world.seed"),
-    ("world.n_train=3", "world.n_train"),  # below the minimum of 16
-    ("train.models.good.steps=[1, 2]", "train.models.good.steps"),
-    ("dedup.policy=drop_everything", "dedup.policy"),
-    ("evaluate.layers=first", "evaluate.layers"),
-])
+@pytest.mark.parametrize(
+    "item, key",
+    [
+        ("world.seed=abc", "world.seed"),
+        ("world.n_train=3", "world.n_train"),  # below the minimum of 16
+        ("train.models.good.steps=[1, 2]", "train.models.good.steps"),
+        ("dedup.policy=drop_everything", "dedup.policy"),
+        ("evaluate.layers=first", "evaluate.layers"),
+    ],
+)
 def test_wrong_type_or_value_raises(item, key):
     with pytest.raises(ConfigError) as e:
         load_config(None, [item])

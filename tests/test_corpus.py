@@ -26,35 +26,69 @@ from platonic.core.data.readers import (
     resolve_sources,
 )
 
-RECAP_COLUMNS = ["url", "re_caption", "org_caption", "sha256", "key", "re_clip_score", "org_clip_score",
-                 "re_length", "org_length", "re_gpt4v_score", "org_gpt4v_score"]
+RECAP_COLUMNS = [
+    "url",
+    "re_caption",
+    "org_caption",
+    "sha256",
+    "key",
+    "re_clip_score",
+    "org_clip_score",
+    "re_length",
+    "org_length",
+    "re_gpt4v_score",
+    "org_gpt4v_score",
+]
 NEW_COLUMNS = ["re_caption_condition_diverse_topk", "re_condition_length"]
 
 
 def recap_table(rows: list[dict], diverse: bool = True) -> pa.Table:
     """Rows in the Recap-DataComp-1B schema (the newer files add the diverse top-k recaption)."""
     cols = RECAP_COLUMNS + (NEW_COLUMNS if diverse else [])
-    types = {"re_clip_score": pa.float64(), "org_clip_score": pa.float64(), "re_length": pa.int64(),
-             "org_length": pa.int64(), "re_gpt4v_score": pa.int64(), "org_gpt4v_score": pa.int64(),
-             "re_condition_length": pa.int64()}
+    types = {
+        "re_clip_score": pa.float64(),
+        "org_clip_score": pa.float64(),
+        "re_length": pa.int64(),
+        "org_length": pa.int64(),
+        "re_gpt4v_score": pa.int64(),
+        "org_gpt4v_score": pa.int64(),
+        "re_condition_length": pa.int64(),
+    }
     data = {}
     for c in cols:
         vals = [r.get(c) for r in rows]
         if c in ("re_caption", "org_caption", "re_caption_condition_diverse_topk"):
             # bytes let a test plant invalid UTF-8, as a broken writer would
-            data[c] = pa.array([v if isinstance(v, bytes) or v is None else v.encode() for v in vals],
-                               pa.binary()).view(pa.string())
+            data[c] = pa.array(
+                [v if isinstance(v, bytes) or v is None else v.encode() for v in vals], pa.binary()
+            ).view(pa.string())
         else:
             data[c] = pa.array(vals, types.get(c, pa.string()))
     return pa.table(data)
 
 
-def recap_row(i: int, alt="a dog on a beach", recap="A brown dog runs along a sandy beach.",
-              diverse="A dog playing near the sea.", key=None) -> dict:
-    return {"url": f"https://img.example/{i}.jpg", "re_caption": recap, "org_caption": alt,
-            "sha256": f"{i:064x}", "key": f"{i:09d}" if key is None else key, "re_clip_score": 0.3,
-            "org_clip_score": 0.25, "re_length": 40, "org_length": 16, "re_gpt4v_score": 7,
-            "org_gpt4v_score": 4, "re_caption_condition_diverse_topk": diverse, "re_condition_length": 30}
+def recap_row(
+    i: int,
+    alt="a dog on a beach",
+    recap="A brown dog runs along a sandy beach.",
+    diverse="A dog playing near the sea.",
+    key=None,
+) -> dict:
+    return {
+        "url": f"https://img.example/{i}.jpg",
+        "re_caption": recap,
+        "org_caption": alt,
+        "sha256": f"{i:064x}",
+        "key": f"{i:09d}" if key is None else key,
+        "re_clip_score": 0.3,
+        "org_clip_score": 0.25,
+        "re_length": 40,
+        "org_length": 16,
+        "re_gpt4v_score": 7,
+        "org_gpt4v_score": 4,
+        "re_caption_condition_diverse_topk": diverse,
+        "re_condition_length": 30,
+    }
 
 
 def run(paths, tmp: Path, fmt: str = "recap", **cfg):
@@ -79,8 +113,9 @@ def texts(tmp: Path) -> list[dict]:
 def quarantine(tmp: Path) -> list[tuple]:
     con = open_catalog(tmp / "out" / "catalog.duckdb")
     try:
-        return con.execute("SELECT shard, source_row, field, reason, raw FROM quarantine "
-                           "ORDER BY shard, source_row, field").fetchall()
+        return con.execute(
+            "SELECT shard, source_row, field, reason, raw FROM quarantine ORDER BY shard, source_row, field"
+        ).fetchall()
     finally:
         con.close()
 
@@ -95,15 +130,15 @@ def add_up(counts: dict) -> None:
 
 def test_recap_rows_kept_or_quarantined_with_reasons(tmp_path):
     rows = [
-        recap_row(0, alt="  a dog\ton the\n beach "),      # kept, whitespace normalised
-        recap_row(1, alt=""),                                 # alt empty -> quarantined, recaps kept
-        recap_row(2, recap=" \u3000 "),                       # recap whitespace only
-        recap_row(3, alt=None),                               # alt missing
-        recap_row(4, recap="x" * 1001),                       # over-long
-        recap_row(5, alt=b"caf\xe9 photo"),                   # Latin-1 byte: invalid UTF-8
-        recap_row(6, key=""),                                 # no key: every text of the row
-        recap_row(0, alt="the same key again"),               # duplicate key: every text of the row
-        recap_row(7, diverse=None),                           # the second recaption missing
+        recap_row(0, alt="  a dog\ton the\n beach "),  # kept, whitespace normalised
+        recap_row(1, alt=""),  # alt empty -> quarantined, recaps kept
+        recap_row(2, recap=" \u3000 "),  # recap whitespace only
+        recap_row(3, alt=None),  # alt missing
+        recap_row(4, recap="x" * 1001),  # over-long
+        recap_row(5, alt=b"caf\xe9 photo"),  # Latin-1 byte: invalid UTF-8
+        recap_row(6, key=""),  # no key: every text of the row
+        recap_row(0, alt="the same key again"),  # duplicate key: every text of the row
+        recap_row(7, diverse=None),  # the second recaption missing
     ]
     pq.write_table(recap_table(rows), tmp_path / "train-00000-of-03550.parquet")
     counts, results = run([tmp_path / "train-00000-of-03550.parquet"], tmp_path)
@@ -206,7 +241,9 @@ def test_cross_shard_duplicates_keep_the_first_shard(tmp_path):
 
 def test_parallel_workers_write_the_same_bytes(tmp_path):
     for i in range(3):
-        pq.write_table(recap_table([recap_row(10 * i + j) for j in range(5)] + [recap_row(0)]), tmp_path / f"s{i}.parquet")
+        pq.write_table(
+            recap_table([recap_row(10 * i + j) for j in range(5)] + [recap_row(0)]), tmp_path / f"s{i}.parquet"
+        )
     paths = [tmp_path / f"s{i}.parquet" for i in range(3)]
     c1, _ = run(paths, tmp_path / "one")
     c2, r2 = run(paths, tmp_path / "two", workers=2)
@@ -255,8 +292,11 @@ def test_hub_snapshot_layout_offline(tmp_path, monkeypatch):
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(repo / "blobs" / sha)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    shards = resolve_sources(["hf://datasets/UCSC-VLAA/Recap-DataComp-1B@main"], "recap",
-                             allow_patterns=["data/train_data/train-00001-*.parquet"])
+    shards = resolve_sources(
+        ["hf://datasets/UCSC-VLAA/Recap-DataComp-1B@main"],
+        "recap",
+        allow_patterns=["data/train_data/train-00001-*.parquet"],
+    )
     assert [s.id for s in shards] == ["train-00001-of-03550"]
     assert shards[0].digest == hashlib.sha256(Path(shards[0].uri).read_bytes()).hexdigest()
     with pytest.raises(SourceError, match="UCSC-VLAA/Nope.*hub"):
@@ -293,23 +333,37 @@ PNG = b"\x89PNG\r\n\x1a\nfake-png"
 
 def test_webdataset_texts_and_addressable_images(tmp_path):
     meta = {"url": "https://img.example/1.jpg", "key": "000000001", "caption": "a red bus", "sha256": "ab" * 32}
-    _tar(tmp_path / "00000.tar", [
-        ("000000001.jpg", JPEG), ("000000001.txt", b"a red bus  in town"), ("000000001.json", json.dumps(meta).encode()),
-        ("000000002.png", PNG), ("000000002.txt", b"caf\xe9"),          # invalid UTF-8
-        ("000000003.jpg", JPEG), ("000000003.txt", b"   "),             # empty
-        ("000000004.jpg", JPEG), ("000000004.json", b"{\"caption\": 3}"),  # no .txt: missing
-        ("sub/000000005.jpg", JPEG), ("sub/000000005.txt", b"a cat"),
-    ])
+    _tar(
+        tmp_path / "00000.tar",
+        [
+            ("000000001.jpg", JPEG),
+            ("000000001.txt", b"a red bus  in town"),
+            ("000000001.json", json.dumps(meta).encode()),
+            ("000000002.png", PNG),
+            ("000000002.txt", b"caf\xe9"),  # invalid UTF-8
+            ("000000003.jpg", JPEG),
+            ("000000003.txt", b"   "),  # empty
+            ("000000004.jpg", JPEG),
+            ("000000004.json", b'{"caption": 3}'),  # no .txt: missing
+            ("sub/000000005.jpg", JPEG),
+            ("sub/000000005.txt", b"a cat"),
+        ],
+    )
     counts, _ = run([tmp_path / "00000.tar"], tmp_path, "wds")
     add_up(counts)
     assert counts["rows_in"] == 5 and counts["kept"] == 2 and counts["images"] == 5
     assert counts["quarantined_invalid_utf8"] == 1 and counts["quarantined_empty_text"] == 1
     assert counts["quarantined_missing_field"] == 1
     kept = texts(tmp_path)
-    assert [(t["image_id"], t["text"]) for t in kept] == [("000000001", "a red bus in town"), ("sub/000000005", "a cat")]
+    assert [(t["image_id"], t["text"]) for t in kept] == [
+        ("000000001", "a red bus in town"),
+        ("sub/000000005", "a cat"),
+    ]
     assert kept[0]["url"] == meta["url"] and kept[0]["sha256"] == meta["sha256"]
     con = open_catalog(tmp_path / "out" / "catalog.duckdb")
-    images = con.execute("SELECT image_id, uri, member, \"offset\", size, ext, tar FROM images ORDER BY image_id").fetchall()
+    images = con.execute(
+        'SELECT image_id, uri, member, "offset", size, ext, tar FROM images ORDER BY image_id'
+    ).fetchall()
     con.close()
     assert [i[0] for i in images] == ["000000001", "000000002", "000000003", "000000004", "sub/000000005"]
     png = images[1]
@@ -320,10 +374,15 @@ def test_webdataset_texts_and_addressable_images(tmp_path):
 def test_webdataset_json_fields_and_corrupt_tar(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    _tar(src / "a.tar", [
-        ("k1.jpg", JPEG), ("k1.json", json.dumps({"caption": "alt one", "re_caption": "recap one"}).encode()),
-        ("k2.jpg", JPEG), ("k2.json", b"{not json"),
-    ])
+    _tar(
+        src / "a.tar",
+        [
+            ("k1.jpg", JPEG),
+            ("k1.json", json.dumps({"caption": "alt one", "re_caption": "recap one"}).encode()),
+            ("k2.jpg", JPEG),
+            ("k2.json", b"{not json"),
+        ],
+    )
     good = (src / "a.tar").read_bytes()
     (src / "b.tar").write_bytes(good[:700])  # truncated mid-member
     counts, results = run([src], tmp_path, "wds", text_columns={"json.caption": "alt", "json.re_caption": "recap"})
@@ -342,22 +401,29 @@ def karpathy(images: list[dict], dataset: str = "coco") -> dict:
 
 
 def kimg(i: int, sents: list, split: str = "train", coco: bool = True) -> dict:
-    im = {"filename": f"COCO_val2014_{i:012d}.jpg" if coco else f"{i}.jpg", "imgid": i, "split": split,
-          "sentids": [10 * i + s for s in range(len(sents))],
-          "sentences": [{"tokens": str(s).lower().split(), "raw": s, "imgid": i, "sentid": 10 * i + k}
-                        for k, s in enumerate(sents)]}
+    im = {
+        "filename": f"COCO_val2014_{i:012d}.jpg" if coco else f"{i}.jpg",
+        "imgid": i,
+        "split": split,
+        "sentids": [10 * i + s for s in range(len(sents))],
+        "sentences": [
+            {"tokens": str(s).lower().split(), "raw": s, "imgid": i, "sentid": 10 * i + k} for k, s in enumerate(sents)
+        ],
+    }
     if coco:
         im.update({"filepath": "val2014", "cocoid": 1000 + i})
     return im
 
 
 def test_karpathy_coco_and_flickr(tmp_path):
-    coco = karpathy([
-        kimg(0, ["A man riding a horse.", "A person on a horse."], split="test"),
-        kimg(1, ["", "Two dogs play."]),
-        {"filename": "x.jpg", "imgid": 2, "split": "train"},  # no sentences
-        kimg(0, ["A man riding a horse."], split="test"),  # repeated image: duplicate sentence id
-    ])
+    coco = karpathy(
+        [
+            kimg(0, ["A man riding a horse.", "A person on a horse."], split="test"),
+            kimg(1, ["", "Two dogs play."]),
+            {"filename": "x.jpg", "imgid": 2, "split": "train"},  # no sentences
+            kimg(0, ["A man riding a horse."], split="test"),  # repeated image: duplicate sentence id
+        ]
+    )
     (tmp_path / "dataset_coco.json").write_text(json.dumps(coco))
     flickr = karpathy([kimg(7, ["A girl jumps.", "A child leaps."], coco=False)], "flickr30k")
     (tmp_path / "dataset_flickr30k.json").write_text(json.dumps(flickr))
@@ -376,13 +442,18 @@ def test_karpathy_coco_and_flickr(tmp_path):
 
 
 def test_coco_captions_layout_and_truncated_json(tmp_path):
-    caps = {"info": {"year": 2014}, "licenses": [],
-            "images": [{"id": 42, "file_name": "COCO_val2014_000000000042.jpg", "height": 480, "width": 640}],
-            "annotations": [{"image_id": 42, "id": 1, "caption": "A cat on a sofa."},
-                            {"image_id": 42, "id": 2, "caption": "A sleeping cat."},
-                            {"image_id": 99, "id": 3, "caption": "No such image."},
-                            {"image_id": 42, "id": 4},
-                            {"image_id": 42, "id": 1, "caption": "Repeated annotation id."}]}
+    caps = {
+        "info": {"year": 2014},
+        "licenses": [],
+        "images": [{"id": 42, "file_name": "COCO_val2014_000000000042.jpg", "height": 480, "width": 640}],
+        "annotations": [
+            {"image_id": 42, "id": 1, "caption": "A cat on a sofa."},
+            {"image_id": 42, "id": 2, "caption": "A sleeping cat."},
+            {"image_id": 99, "id": 3, "caption": "No such image."},
+            {"image_id": 42, "id": 4},
+            {"image_id": 42, "id": 1, "caption": "Repeated annotation id."},
+        ],
+    }
     (tmp_path / "captions_val2014.json").write_text(json.dumps(caps))
     text = json.dumps(caps)
     (tmp_path / "captions_cut.json").write_text(text[: len(text) - 40])
@@ -394,13 +465,20 @@ def test_coco_captions_layout_and_truncated_json(tmp_path):
     assert counts["quarantined_duplicate_key"] == 1
     kept = texts(tmp_path)
     assert [(t["text_id"], t["file_name"]) for t in kept] == [
-        ("42:caption:1", "COCO_val2014_000000000042.jpg"), ("42:caption:2", "COCO_val2014_000000000042.jpg")]
+        ("42:caption:1", "COCO_val2014_000000000042.jpg"),
+        ("42:caption:2", "COCO_val2014_000000000042.jpg"),
+    ]
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64])
 def test_streaming_json_across_chunk_boundaries(chunk):
-    doc = {"info": {"a": [1, 2, {"b": "}]"}]}, "images": [{"x": 1.5e3, "s": "é ü — \u4e2d"}, {"x": 12345678}, []],
-           "other": None, "annotations": [], "n": 123456789}
+    doc = {
+        "info": {"a": [1, 2, {"b": "}]"}]},
+        "images": [{"x": 1.5e3, "s": "é ü — \u4e2d"}, {"x": 12345678}, []],
+        "other": None,
+        "annotations": [],
+        "n": 123456789,
+    }
     data = json.dumps(doc, ensure_ascii=False).encode()
     got = list(JsonStream(io.BytesIO(data), "doc.json", chunk=chunk).arrays({"images", "annotations"}))
     assert got == [("images", it) for it in doc["images"]]
@@ -412,16 +490,22 @@ def test_streaming_json_across_chunk_boundaries(chunk):
 
 
 def test_jsonl_and_csv_with_column_mapping(tmp_path):
-    lines = [json.dumps({"img": "a", "cap_id": 1, "caption": "first caption of a"}),
-             json.dumps({"img": "a", "cap_id": 2, "caption": "second caption of a"}),
-             "this line is not json",
-             json.dumps({"img": "b", "cap_id": 1, "caption": 17}),
-             json.dumps({"img": "c", "cap_id": 1}),
-             json.dumps({"img": "a", "cap_id": 1, "caption": "repeated caption id"}),
-             ""]
-    (tmp_path / "caps.jsonl").write_bytes("\n".join(lines).encode() + b"\n" + json.dumps(
-        {"img": "d", "cap_id": 1, "caption": "bad "}).encode()[:-3] + b"\xff\"}\n")
-    (tmp_path / "caps.csv").write_text("img,cap_id,caption\ne,1,\"a caption, with a comma\"\nf,1\ng,1,\n")
+    lines = [
+        json.dumps({"img": "a", "cap_id": 1, "caption": "first caption of a"}),
+        json.dumps({"img": "a", "cap_id": 2, "caption": "second caption of a"}),
+        "this line is not json",
+        json.dumps({"img": "b", "cap_id": 1, "caption": 17}),
+        json.dumps({"img": "c", "cap_id": 1}),
+        json.dumps({"img": "a", "cap_id": 1, "caption": "repeated caption id"}),
+        "",
+    ]
+    (tmp_path / "caps.jsonl").write_bytes(
+        "\n".join(lines).encode()
+        + b"\n"
+        + json.dumps({"img": "d", "cap_id": 1, "caption": "bad "}).encode()[:-3]
+        + b'\xff"}\n'
+    )
+    (tmp_path / "caps.csv").write_text('img,cap_id,caption\ne,1,"a caption, with a comma"\nf,1\ng,1,\n')
     cfg = dict(id_column="img", index_column="cap_id", text_columns={"caption": "caption"})
     counts, _ = run([tmp_path / "caps.jsonl", tmp_path / "caps.csv"], tmp_path, "jsonl", **cfg)
     add_up(counts)
@@ -431,8 +515,10 @@ def test_jsonl_and_csv_with_column_mapping(tmp_path):
     assert counts["quarantined_duplicate_key"] == 1 and counts["quarantined_invalid_utf8"] == 1
     kept = texts(tmp_path)
     assert [(t["text_id"], t["text"]) for t in kept] == [
-        ("a:caption:1", "first caption of a"), ("a:caption:2", "second caption of a"),
-        ("e:caption:1", "a caption, with a comma")]
+        ("a:caption:1", "first caption of a"),
+        ("a:caption:2", "second caption of a"),
+        ("e:caption:1", "a caption, with a comma"),
+    ]
     q = quarantine(tmp_path)
     assert ("caps", 2, "img", "schema_mismatch", "this line is not json") in q
     assert ("caps", 3, "caption", "schema_mismatch", "17") in q
@@ -482,8 +568,9 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     pq.write_table(recap_table([recap_row(0), recap_row(1, alt="  ")]), src / "train-00000.parquet")
     (src / "train-00001.parquet").write_bytes(b"PAR1 this is not parquet")
     store, out = tmp_path / "store", tmp_path / "corpus"
-    r = CliRunner().invoke(app, ["ingest", str(src), "--format", "recap", "--out", str(out),
-                                 "--out-dir", str(store), "--json"])
+    r = CliRunner().invoke(
+        app, ["ingest", str(src), "--format", "recap", "--out", str(out), "--out-dir", str(store), "--json"]
+    )
     assert r.exit_code == 1, r.output
     report = json.loads(r.stdout[: r.stdout.rindex("}") + 1])
     c = report["counts"]
@@ -500,8 +587,9 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     # fix the bad shard: the good one is not redone, the stage completes
     (src / "train-00001.parquet").unlink()
     pq.write_table(recap_table([recap_row(5)]), src / "train-00001.parquet")
-    r = CliRunner().invoke(app, ["ingest", str(src), "--format", "recap", "--out", str(out),
-                                 "--out-dir", str(store), "--json"])
+    r = CliRunner().invoke(
+        app, ["ingest", str(src), "--format", "recap", "--out", str(out), "--out-dir", str(store), "--json"]
+    )
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["counts"]
     assert (c["shards_cached"], c["shards_ingested"], c["kept"]) == (1, 1, 8)
@@ -513,11 +601,27 @@ def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     assert stats["quarantine"] == [{"reason": "empty_text", "field": "org_caption", "texts": 1}]
     assert stats["dir"] == str(out.resolve())
     # a JSON-array file with its own column names, mapped on the command line
-    (tmp_path / "caps.json").write_text(json.dumps([{"img": "p", "n": 0, "cap": "a plane"},
-                                                    {"img": "p", "n": 1, "cap": "an aircraft"}]))
-    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "caps.json"), "--format", "jsonl", "--id-column", "img",
-                                 "--index-column", "n", "--text-column", "cap=caption", "--out-dir", str(store),
-                                 "--json"])
+    (tmp_path / "caps.json").write_text(
+        json.dumps([{"img": "p", "n": 0, "cap": "a plane"}, {"img": "p", "n": 1, "cap": "an aircraft"}])
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "ingest",
+            str(tmp_path / "caps.json"),
+            "--format",
+            "jsonl",
+            "--id-column",
+            "img",
+            "--index-column",
+            "n",
+            "--text-column",
+            "cap=caption",
+            "--out-dir",
+            str(store),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["counts"]["kept"] == 2 and rep["out"].startswith(str(store.resolve() / "artifacts" / "ingest"))
@@ -544,8 +648,10 @@ def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_har
 
     pq.write_table(recap_table([recap_row(i) for i in range(3)]), tmp_path / "train-00000.parquet")
     tiny = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
-    cfg = load_config(tiny, [f"out_dir={tmp_path / 'store'}", "ingest.source=recap",
-                             f"ingest.paths=[{tmp_path / 'train-00000.parquet'}]"])
+    cfg = load_config(
+        tiny,
+        [f"out_dir={tmp_path / 'store'}", "ingest.source=recap", f"ingest.paths=[{tmp_path / 'train-00000.parquet'}]"],
+    )
     res = pipeline(cfg.model_dump(mode="json"), only="ingest")
     ing = res["stages"]["ingest"]
     assert set(res["stages"]) == {"ingest"}

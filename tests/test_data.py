@@ -122,8 +122,10 @@ EVAL = [("e1", "X", "a red circle"), ("e2", "Y", "green, ring"), ("e3", "Z", "un
 def dedup_inputs(tmp_path) -> tuple[Path, Path]:
     rows = [{"image_id": i, "text_id": t, "source_kind": k, "text": x} for i, t, k, x, _ in TRAIN]
     pq.write_table(text_table(rows), tmp_path / "texts.parquet")
-    pq.write_table(pa.table({"text_id": [e[0] for e in EVAL], "image_id": [e[1] for e in EVAL],
-                             "text": [e[2] for e in EVAL]}), tmp_path / "eval.parquet")
+    pq.write_table(
+        pa.table({"text_id": [e[0] for e in EVAL], "image_id": [e[1] for e in EVAL], "text": [e[2] for e in EVAL]}),
+        tmp_path / "eval.parquet",
+    )
     (tmp_path / "out").mkdir()
     return tmp_path / "texts.parquet", tmp_path / "eval.parquet"
 
@@ -181,15 +183,23 @@ def test_dedup_disabled_removes_nothing(dedup_inputs):
 
 
 def _write_texts(path: Path, rows: list[tuple[str, str, str]]) -> Path:
-    pq.write_table(text_table([
-        {"image_id": i, "text_id": f"{i}:{k}:{n}", "source_kind": k, "text": x} for n, (i, k, x) in enumerate(rows)
-    ]), path)
+    pq.write_table(
+        text_table(
+            [
+                {"image_id": i, "text_id": f"{i}:{k}:{n}", "source_kind": k, "text": x}
+                for n, (i, k, x) in enumerate(rows)
+            ]
+        ),
+        path,
+    )
     return path
 
 
 def test_views_unknown_source_kind_is_a_clear_error(tmp_path):
     texts = _write_texts(tmp_path / "texts.parquet", [("A", "recap", "a red circle"), ("A", "alt", "circle")])
-    with pytest.raises(ValueError, match=r"source kind 'paraphrase' is not in the corpus \(kinds: \['alt', 'recap'\]\)"):
+    with pytest.raises(
+        ValueError, match=r"source kind 'paraphrase' is not in the corpus \(kinds: \['alt', 'recap'\]\)"
+    ):
         build_views(texts, ViewsConfig(good_sources=["recap", "paraphrase"]), tmp_path)
     with pytest.raises(ValueError, match="'nope'"):
         build_views(texts, ViewsConfig(text_sources=["nope"]), tmp_path)
@@ -197,9 +207,11 @@ def test_views_unknown_source_kind_is_a_clear_error(tmp_path):
 
 def test_views_group_texts_per_image(tmp_path):
     rows = [
-        ("A", "recap", "a red circle in the middle"), ("A", "recap", "a crimson disc at the centre"),
+        ("A", "recap", "a red circle in the middle"),
+        ("A", "recap", "a crimson disc at the centre"),
         ("A", "alt", "red circle"),
-        ("B", "recap", "a blue square in the top left"), ("B", "recap", "a navy box at the upper left"),
+        ("B", "recap", "a blue square in the top left"),
+        ("B", "recap", "a navy box at the upper left"),
         ("B", "recap", "in the top left a blue tile"),
         ("C", "recap", "a small ring"),  # only one recap: too few for two views
     ]

@@ -33,7 +33,9 @@ def run_demo(tmp_path, *sets: str) -> tuple[dict, float]:
 
 def assert_ordering(res: dict) -> None:
     s = {m: v["mutual_knn"] for m, v in res["models"].items()}
-    print(json.dumps({m: [round(v["mutual_knn"], 4), [round(x, 4) for x in v["ci95"]]] for m, v in res["models"].items()}))
+    print(
+        json.dumps({m: [round(v["mutual_knn"], 4), [round(x, 4) for x in v["ci95"]]] for m, v in res["models"].items()})
+    )
     assert s["good"] > s["ntp"] > s["bad"] > res["chance"], s
 
 

@@ -27,8 +27,10 @@ def test_prh_parquet_fixture(tmp_path):
     assert wit.captions == ["a black square", "a grey square", "a white square"]
     assert wit.first_captions() == wit.captions and len(wit.image_ids) == 3
     assert np.asarray(wit.image(2)).mean() == 255 and wit.image(0).mode == "RGB"
-    bad = datasets.Dataset.from_dict({"image": imgs[:1], "caption": ["no text field"]},
-                                     features=datasets.Features({"image": datasets.Image(), "caption": datasets.Value("string")}))
+    bad = datasets.Dataset.from_dict(
+        {"image": imgs[:1], "caption": ["no text field"]},
+        features=datasets.Features({"image": datasets.Image(), "caption": datasets.Value("string")}),
+    )
     bad.to_parquet(str(tmp_path / "bad.parquet"))
     with pytest.raises(EvalSetError, match="missing field 'text'"):
         load_prh(str(tmp_path / "bad.parquet"))
@@ -38,12 +40,19 @@ def test_karpathy_split_and_flickr_protocol(tmp_path):
     (tmp_path / "val2014").mkdir()
     png(tmp_path / "val2014" / "a.jpg", 10)
     png(tmp_path / "val2014" / "b.jpg", 20)
-    data = {"images": [
-        {"filepath": "val2014", "filename": "a.jpg", "split": "test", "cocoid": 1,
-         "sentences": [{"raw": "first of a"}, {"raw": "second of a"}]},
-        {"filepath": "val2014", "filename": "b.jpg", "split": "train", "cocoid": 2, "sentences": [{"raw": "b"}]},
-        {"filepath": "val2014", "filename": "c.jpg", "split": "test", "cocoid": 3, "sentences": [{"raw": "c"}]},
-    ]}
+    data = {
+        "images": [
+            {
+                "filepath": "val2014",
+                "filename": "a.jpg",
+                "split": "test",
+                "cocoid": 1,
+                "sentences": [{"raw": "first of a"}, {"raw": "second of a"}],
+            },
+            {"filepath": "val2014", "filename": "b.jpg", "split": "train", "cocoid": 2, "sentences": [{"raw": "b"}]},
+            {"filepath": "val2014", "filename": "c.jpg", "split": "test", "cocoid": 3, "sentences": [{"raw": "c"}]},
+        ]
+    }
     (tmp_path / "dataset_coco.json").write_text(json.dumps(data))
     ev = load_karpathy(tmp_path / "dataset_coco.json", tmp_path, split="test")
     assert ev.image_ids == ["1", "3"] and ev.caption_image == ["1", "1", "3"]
@@ -59,8 +68,10 @@ def test_karpathy_split_and_flickr_protocol(tmp_path):
 
 def test_coco_captions_layout(tmp_path):
     png(tmp_path / "x.jpg", 5)
-    data = {"images": [{"id": 7, "file_name": "x.jpg"}],
-            "annotations": [{"id": 2, "image_id": 7, "caption": "second"}, {"id": 1, "image_id": 7, "caption": "first "}]}
+    data = {
+        "images": [{"id": 7, "file_name": "x.jpg"}],
+        "annotations": [{"id": 2, "image_id": 7, "caption": "second"}, {"id": 1, "image_id": 7, "caption": "first "}],
+    }
     (tmp_path / "captions_val2014.json").write_text(json.dumps(data))
     ev = load_coco_captions(tmp_path / "captions_val2014.json", tmp_path)
     assert ev.captions == ["first", "second"] and ev.first_captions() == ["first"]

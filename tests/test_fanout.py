@@ -20,7 +20,9 @@ def corpus(folder: Path, shards: int = 4, rows: int = 300) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for s in range(shards):
-        lines = [json.dumps({"image_id": f"s{s}-{i}", "text": f"shard {s} caption {i} of a red square"}) for i in range(rows)]
+        lines = [
+            json.dumps({"image_id": f"s{s}-{i}", "text": f"shard {s} caption {i} of a red square"}) for i in range(rows)
+        ]
         lines += ["not json", json.dumps({"image_id": f"s{s}-0", "text": "a duplicate id"})]  # quarantined rows
         (folder / f"part-{s}.jsonl").write_text("\n".join(lines) + "\n")
         paths.append(str(folder / f"part-{s}.jsonl"))
@@ -30,7 +32,9 @@ def corpus(folder: Path, shards: int = 4, rows: int = 300) -> list[str]:
 def ingest(paths: list[str], out: Path, engine: str) -> dict:
     ic = IngestConfig(source="jsonl", paths=paths)
     shards = resolve_sources(ic.paths, ic.source)
-    counts, results = ingest_corpus(shards, ic, out / "out", out / "cache", mapper=mapper_for(FanoutConfig(engine=engine, workers=2)))
+    counts, results = ingest_corpus(
+        shards, ic, out / "out", out / "cache", mapper=mapper_for(FanoutConfig(engine=engine, workers=2))
+    )
     assert [r.status for r in results] == ["ingested"] * len(paths)
     return counts
 
@@ -59,8 +63,10 @@ def test_endpoints_come_from_the_environment_first_then_the_recipe(monkeypatch, 
         # mlflow.lab then leaked into every later test)
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
-    cfg = load_config("tiny", ["services.mlflow_tracking_uri=http://mlflow.lab:5000",
-                               "services.prefect_api_url=http://prefect.lab:4200/api"])
+    cfg = load_config(
+        "tiny",
+        ["services.mlflow_tracking_uri=http://mlflow.lab:5000", "services.prefect_api_url=http://prefect.lab:4200/api"],
+    )
     monkeypatch.setenv("PREFECT_API_URL", "http://elsewhere:4200/api")  # the environment wins
     applied = services.apply(cfg.services)
     assert applied == {"PREFECT_API_URL": "http://elsewhere:4200/api", "MLFLOW_TRACKING_URI": "http://mlflow.lab:5000"}
@@ -84,10 +90,17 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
     paths = corpus(tmp_path / "src", shards=3, rows=12)
     ic = IngestConfig(source="jsonl", paths=paths, text_columns={"text": "alt"})
     ingest_corpus(resolve_sources(ic.paths, ic.source), ic, tmp_path / "ingest", tmp_path / "cache")
-    lm = build_generation_standins(tmp_path / "models", [json.loads(line)["text"] for line in
-                                                         Path(paths[0]).read_text().splitlines()[:12]])["lm"]
-    pc = PositivesConfig(backend="transformers", recaptions=0, paraphrases=1, models={"paraphrase": {"id": lm}},
-                         sampling={"max_tokens": 6}, batch_size=8)
+    lm = build_generation_standins(
+        tmp_path / "models", [json.loads(line)["text"] for line in Path(paths[0]).read_text().splitlines()[:12]]
+    )["lm"]
+    pc = PositivesConfig(
+        backend="transformers",
+        recaptions=0,
+        paraphrases=1,
+        models={"paraphrase": {"id": lm}},
+        sampling={"max_tokens": 6},
+        batch_size=8,
+    )
     shards = input_shards(tmp_path / "ingest")
     assert len(shards) == 3
     runs = {}
@@ -97,8 +110,9 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
         # one worker process: it still pickles the shard calls and builds its own backend,
         # and loads torch once rather than twice (CI time)
         mapper = mapper_for(FanoutConfig(engine=engine, workers=1))
-        counts, _ = generate_corpus(shards, pc, make_backend(pc) if mapper is None else None, tmp_path / f"work-{engine}",
-                                    out, mapper=mapper)
+        counts, _ = generate_corpus(
+            shards, pc, make_backend(pc) if mapper is None else None, tmp_path / f"work-{engine}", out, mapper=mapper
+        )
         assert counts["requested"] == 36 == counts["generated"] + counts["failed"]
         runs[engine] = pq.read_table(out / "texts.parquet", columns=["image_id", "text_id", "text"]).to_pylist()
     assert runs["dask"] == runs["inline"]
@@ -150,14 +164,28 @@ def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, pr
     from platonic.core.dedup import dedup, near_units
 
     evals = [f"a small red square left of a blue circle number {k}" for k in range(4)]
-    rows = [{"image_id": f"i{n}", "text_id": f"i{n}:alt:0", "source_kind": "alt",
-             "text": f"picture {n} of a green triangle above a yellow star"} for n in range(150)]
+    rows = [
+        {
+            "image_id": f"i{n}",
+            "text_id": f"i{n}:alt:0",
+            "source_kind": "alt",
+            "text": f"picture {n} of a green triangle above a yellow star",
+        }
+        for n in range(150)
+    ]
     for n in range(0, 150, 23):  # near edits of eval captions, spread over every row range
         rows[n]["text"] = evals[n % 4].replace("small ", "") + " today"
     rows[7]["text"] = evals[1].upper()  # an exact match too
     pq.write_table(text_table(rows), tmp_path / "texts.parquet")
-    pq.write_table(text_table([{"image_id": f"E{k}", "text_id": f"E{k}:eval:0", "source_kind": "eval", "text": t}
-                               for k, t in enumerate(evals)]), tmp_path / "eval.parquet")
+    pq.write_table(
+        text_table(
+            [
+                {"image_id": f"E{k}", "text_id": f"E{k}:eval:0", "source_kind": "eval", "text": t}
+                for k, t in enumerate(evals)
+            ]
+        ),
+        tmp_path / "eval.parquet",
+    )
     cfg = DedupConfig(levels=["exact", "near"], remove=["exact", "near"], near={"batch_rows": 40})
     assert len(near_units([tmp_path / "texts.parquet"], 40)) == 4
     runs = {}
@@ -166,8 +194,15 @@ def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, pr
         out.mkdir()
         mapper = mapper_for(FanoutConfig(engine=engine, workers=2))
         stats: dict = {}
-        counts = dedup(tmp_path / "texts.parquet", tmp_path / "eval.parquet", cfg, out, eval_name="world",
-                       stats=stats, mapper=mapper)
+        counts = dedup(
+            tmp_path / "texts.parquet",
+            tmp_path / "eval.parquet",
+            cfg,
+            out,
+            eval_name="world",
+            stats=stats,
+            mapper=mapper,
+        )
         runs[engine] = (counts, stats["near_texts"], folder_digest(out))
     assert runs["dask"] == runs["inline"]
     counts = runs["inline"][0]

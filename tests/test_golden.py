@@ -35,8 +35,11 @@ PINNED = {
 def test_every_stage_digest_matches_its_pin(tiny_run):
     _, res = tiny_run
     got = {k: v["digest"] for k, v in res["stages"].items()}
-    diffs = [f"  {k}: expected {PINNED.get(k, '<not pinned>')}\n  {' ' * len(k)}       got {got.get(k, '<no such stage>')}"
-             for k in [*PINNED, *(k for k in got if k not in PINNED)] if PINNED.get(k) != got.get(k)]
+    diffs = [
+        f"  {k}: expected {PINNED.get(k, '<not pinned>')}\n  {' ' * len(k)}       got {got.get(k, '<no such stage>')}"
+        for k in [*PINNED, *(k for k in got if k not in PINNED)]
+        if PINNED.get(k) != got.get(k)
+    ]
     assert not diffs, (
         f"{len(diffs)} stage digest(s) of configs/tiny.yaml differ from the pins:\n" + "\n".join(diffs) + "\n"
         "A digest change means the stage's bytes changed. If intended (a semantic change, stage version bumped), "

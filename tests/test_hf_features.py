@@ -12,15 +12,25 @@ import torch
 from platonic.core.hf_features import hf_image_layer_features, hf_text_layer_features, pool_tokens
 from platonic.core.tokenizer import train_tokenizer
 
-TEXTS = ["a red circle on a dark background.", "a small blue square at the top.",
-         "a crimson disc on a black background.", "two green bars in the middle, one big."]
+TEXTS = [
+    "a red circle on a dark background.",
+    "a small blue square at the top.",
+    "a crimson disc on a black background.",
+    "two green bars in the middle, one big.",
+]
 
 
 def save_tokenizer(path: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(TEXTS, 60), pad_token="[PAD]",
-                                   unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=train_tokenizer(TEXTS, 60),
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     fast.save_pretrained(path)
 
 
@@ -55,8 +65,16 @@ def test_tiny_local_text_models_give_every_layer(tmp_path, arch):
 
     torch.manual_seed(0)
     if arch == "bert":
-        model = BertModel(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=64))
+        model = BertModel(
+            BertConfig(
+                vocab_size=60,
+                hidden_size=16,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=32,
+                max_position_embeddings=64,
+            )
+        )
     else:
         model = GPT2Model(GPT2Config(vocab_size=60, n_embd=16, n_layer=3, n_head=2, n_positions=64))
     model.save_pretrained(tmp_path)
@@ -71,8 +89,16 @@ def test_tiny_local_text_models_give_every_layer(tmp_path, arch):
 def test_tiny_local_dinov2_gives_cls_of_every_block(tmp_path):
     from transformers import BitImageProcessor, Dinov2Config, Dinov2Model
 
-    Dinov2Model(Dinov2Config(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                             image_size=32, patch_size=8)).save_pretrained(tmp_path)
+    Dinov2Model(
+        Dinov2Config(
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            image_size=32,
+            patch_size=8,
+        )
+    ).save_pretrained(tmp_path)
     BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(tmp_path)
     imgs = np.random.default_rng(0).integers(0, 255, (5, 40, 40, 3), dtype=np.uint8)
     layers = hf_image_layer_features(str(tmp_path), imgs, batch_size=2, dtype="float32")

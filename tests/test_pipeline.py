@@ -41,7 +41,9 @@ def stage_runs(results: dict) -> dict[str, dict]:
     """stage instance -> tags of its nested MLflow run under this flow run."""
     c = MlflowClient(results["tracking_uri"])
     parent = c.get_run(results["run_id"])
-    kids = c.search_runs([parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{results['run_id']}'")
+    kids = c.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{results['run_id']}'"
+    )
     return {r.data.tags["platonic.stage_instance"]: r for r in kids}
 
 
@@ -60,8 +62,15 @@ def test_full_run_writes_results_and_lineage(first_run):
     on_disk = json.loads((Path(res["output_dir"]) / "results.json").read_text())
     assert on_disk["models"] == res["models"]
     runs = stage_runs(res)
-    expected = {"world", "ingest", "positives", "dedup", "views", "evaluate",
-                *(f"{s}:{m}" for s in ("train", "embed") for m in ("image", "good", "ntp", "bad"))}
+    expected = {
+        "world",
+        "ingest",
+        "positives",
+        "dedup",
+        "views",
+        "evaluate",
+        *(f"{s}:{m}" for s in ("train", "embed") for m in ("image", "good", "ntp", "bad")),
+    }
     assert set(runs) == expected
     assert all(r.data.tags["platonic.cache_hit"] == "false" for r in runs.values())
     # inputs are logged as MLflow datasets carrying the upstream digest
@@ -70,8 +79,7 @@ def test_full_run_writes_results_and_lineage(first_run):
     assert digests["views"] == res["stages"]["views"]["digest"][:36]
     # ...and searchable: which runs read this views artifact?
     c = MlflowClient(res["tracking_uri"])
-    readers = c.search_runs([train_good.info.experiment_id],
-                            filter_string=f"datasets.digest = '{digests['views']}'")
+    readers = c.search_runs([train_good.info.experiment_id], filter_string=f"datasets.digest = '{digests['views']}'")
     assert {r.data.tags["platonic.stage_instance"] for r in readers} == {"train:good", "train:ntp", "train:bad"}
     # checkpoints are safetensors, logged to MLflow
     assert "outputs/model.safetensors" in [f.path for f in c.list_artifacts(train_good.info.run_id, "outputs")]
@@ -144,13 +152,16 @@ def test_only_without_cache_is_a_clear_error(tmp_path, prefect_harness):
         run_flow(tmp_path, only="evaluate")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["run", str(TINY), "--set", "world.sed=1"], "unknown key 'world.sed'"),
-    (["run", str(TINY), "--set", "world.seed=abc"], "'world.seed'"),
-    (["run", str(TINY), "--only", "nope"], "unknown stage 'nope'"),
-    (["run", "missing.yaml"], "no such recipe file"),
-    (["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], "zzz"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", str(TINY), "--set", "world.sed=1"], "unknown key 'world.sed'"),
+        (["run", str(TINY), "--set", "world.seed=abc"], "'world.seed'"),
+        (["run", str(TINY), "--only", "nope"], "unknown stage 'nope'"),
+        (["run", "missing.yaml"], "no such recipe file"),
+        (["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], "zzz"),
+    ],
+)
 def test_bad_config_is_one_line_exit_2(args, needle):
     p = subprocess.run([sys.executable, "-m", "platonic.flows.cli", *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr

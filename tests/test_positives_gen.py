@@ -68,20 +68,30 @@ def server(models):
 
 def cfg_for(models, backend: str, base_url: str = "http://127.0.0.1:1/v1", **kw) -> PositivesConfig:
     http = kw.pop("http", {})
-    return PositivesConfig.model_validate({
-        "backend": backend, "recaptions": 1, "paraphrases": 1, "seed": 5, "batch_size": 4,
-        "models": {"recaption": {"id": models["captioner"], "revision": "r-cap", "base_url": base_url},
-                   "paraphrase": {"id": models["lm"], "base_url": base_url}},
-        "sampling": {"temperature": 0.8, "top_p": 0.9, "max_tokens": 8},
-        "http": {"timeout_s": 5, "max_retries": 0, "backoff_s": 0.01, "concurrency": 4, **http}, **kw,
-    })
+    return PositivesConfig.model_validate(
+        {
+            "backend": backend,
+            "recaptions": 1,
+            "paraphrases": 1,
+            "seed": 5,
+            "batch_size": 4,
+            "models": {
+                "recaption": {"id": models["captioner"], "revision": "r-cap", "base_url": base_url},
+                "paraphrase": {"id": models["lm"], "base_url": base_url},
+            },
+            "sampling": {"temperature": 0.8, "top_p": 0.9, "max_tokens": 8},
+            "http": {"timeout_s": 5, "max_retries": 0, "backoff_s": 0.01, "concurrency": 4, **http},
+            **kw,
+        }
+    )
 
 
 def run(cfg, world_ingest, work: Path, out: Path, backend=None):
     world, ingest = world_ingest
     out.mkdir(parents=True, exist_ok=True)
-    return generate_corpus(input_shards(ingest), cfg, backend or make_backend(cfg), work, out,
-                           lambda s: image_source(ingest, world, s))
+    return generate_corpus(
+        input_shards(ingest), cfg, backend or make_backend(cfg), work, out, lambda s: image_source(ingest, world, s)
+    )
 
 
 def check_counts(out: Path, counts: dict, requested: int) -> None:
@@ -172,7 +182,9 @@ def test_paraphrase_never_sends_the_image(models, world_ingest, server, tmp_path
         raise AssertionError("the image source was opened for a paraphrase-only run")
 
     (tmp_path / "o2").mkdir()
-    counts, _ = generate_corpus(input_shards(ingest), cfg, make_backend(cfg), tmp_path / "w2", tmp_path / "o2", no_images)
+    counts, _ = generate_corpus(
+        input_shards(ingest), cfg, make_backend(cfg), tmp_path / "w2", tmp_path / "o2", no_images
+    )
     assert counts["requested"] == 16
 
 
@@ -197,7 +209,9 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
         "w, i, work, out = map(Path, sys.argv[2:6]); out.mkdir()\n"
         "generate_corpus(input_shards(i), cfg, make_backend(cfg), work, out, lambda s: image_source(i, w, s))\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", child, cfg.model_dump_json(), str(world), str(ingest), str(work), str(out)])
+    p = subprocess.Popen(
+        [sys.executable, "-c", child, cfg.model_dump_json(), str(world), str(ingest), str(work), str(out)]
+    )
     shard = work / "corpus"
     deadline = time.time() + 60
     while len(list(shard.glob("part-*.parquet"))) < 2 and time.time() < deadline and p.poll() is None:
@@ -255,11 +269,16 @@ def test_vllm_runner_failure_is_an_error_that_keeps_finished_batches(models, wor
 def test_parse_completion_reasons():
     from platonic.core.positives.openai_http import parse_completion
 
-    ok = {"choices": [{"message": {"content": " a  red\ncube "}, "finish_reason": "stop"}],
-          "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+    ok = {
+        "choices": [{"message": {"content": " a  red\ncube "}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+    }
     assert parse_completion(ok) == Completion(" a  red\ncube ", None, 3, 4)
     assert parse_completion({"choices": [{"message": {"content": None, "refusal": "no"}}]}).reason == "refusal"
-    assert parse_completion({"choices": [{"message": {"content": "x"}, "finish_reason": "content_filter"}]}).reason == "refusal"
+    assert (
+        parse_completion({"choices": [{"message": {"content": "x"}, "finish_reason": "content_filter"}]}).reason
+        == "refusal"
+    )
     assert parse_completion({"choices": []}).reason == "bad_response"
     assert parse_completion({"choices": [{"message": {"content": [{"type": "text", "text": "hi"}]}}]}).text == "hi"
 
@@ -274,7 +293,9 @@ def test_missing_images_fail_their_requests_and_nonvision_setups_are_refused(mod
         return lambda i: (_ for _ in ()).throw(KeyError(i)) if i in drop else src(i)
 
     (tmp_path / "out").mkdir()
-    counts, _ = generate_corpus(input_shards(ingest), cfg, make_backend(cfg), tmp_path / "work", tmp_path / "out", images)
+    counts, _ = generate_corpus(
+        input_shards(ingest), cfg, make_backend(cfg), tmp_path / "work", tmp_path / "out", images
+    )
     check_counts(tmp_path / "out", counts, requested=16)
     fails = pq.read_table(tmp_path / "out" / "failures.parquet").to_pylist()
     assert sum(f["reason"].startswith("image_unavailable") for f in fails) == 3
@@ -293,10 +314,20 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
     from platonic.tasks.executor import RunContext, run_instances
 
     out = tmp_path / "store"
-    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
-        f"out_dir={out}", "world.n_train=16", "world.n_eval=16", "evaluate.k=3", "positives.backend=transformers",
-        "positives.recaptions=1", f"positives.models.recaption.id={models['captioner']}",
-        f"positives.models.paraphrase.id={models['lm']}", "positives.sampling.max_tokens=6"])
+    cfg = load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            f"out_dir={out}",
+            "world.n_train=16",
+            "world.n_eval=16",
+            "evaluate.k=3",
+            "positives.backend=transformers",
+            "positives.recaptions=1",
+            f"positives.models.recaption.id={models['captioner']}",
+            f"positives.models.paraphrase.id={models['lm']}",
+            "positives.sampling.max_tokens=6",
+        ],
+    )
     c = tracking.client(out)
     exp = tracking.experiment_id(c, "positives-test", out)
     parent = c.create_run(exp).info.run_id
@@ -306,8 +337,10 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
     assert m.counts["requested"] == 32 == m.counts["generated"] + m.counts["failed"]
     metrics = c.get_run(m.producer_run_id).data.metrics
     assert metrics["texts_per_s"] > 0 and metrics["tokens_per_s"] > 0 and metrics["requested"] == 32
-    assert {a.path for a in c.list_artifacts(m.producer_run_id, "outputs")} >= {"outputs/generations.parquet",
-                                                                               "outputs/failures.parquet"}
+    assert {a.path for a in c.list_artifacts(m.producer_run_id, "outputs")} >= {
+        "outputs/generations.parquet",
+        "outputs/failures.parquet",
+    }
     again = run_instances(cfg, first, {"world": RUN, "ingest": RUN, "positives": FORCE}, ctx)["positives"]
     assert again.counts["shards_skipped"] == 1 and again.stats["generated_this_run"] == 0
     assert again.digest == m.digest  # the same rows, provenance timestamps included
@@ -324,8 +357,12 @@ def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).with_name("platonic")
-    p = subprocess.Popen([str(exe), "serve-chat", "--model", models["lm"], "--port", str(port), "--fail-every", "2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [str(exe), "serve-chat", "--model", models["lm"], "--port", str(port), "--fail-every", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         seen = ""
         while "serving" not in seen and p.poll() is None:  # printed once the model is loaded and the port bound
@@ -400,12 +437,14 @@ def test_webdataset_corpus_recaptions_read_the_tar_members_the_ingest_located(mo
                         if p["type"] == "image_url":
                             seen[j.request.image_id] = base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
                     yield j
+
             yield from super().generate(task, record(jobs), batch_size)
 
     cfg = cfg_for(models, "transformers")
     (tmp_path / "out").mkdir()
-    counts, _ = generate_corpus(shards, cfg, Spy(cfg), tmp_path / "work", tmp_path / "out",
-                                lambda s: image_source(tmp_path / "ingest", None, s))
+    counts, _ = generate_corpus(
+        shards, cfg, Spy(cfg), tmp_path / "work", tmp_path / "out", lambda s: image_source(tmp_path / "ingest", None, s)
+    )
     check_counts(tmp_path / "out", counts, requested=12)  # 6 samples x (1 recaption + 1 paraphrase)
     assert seen == sent
     fails = pq.read_table(tmp_path / "out" / "failures.parquet").to_pylist()

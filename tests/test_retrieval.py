@@ -51,8 +51,9 @@ def test_retrieval_through_a_fitted_rotation_is_perfect_and_chance_without_one()
     good = retrieval(x[:400], y[:400], x[400:], y[400:], ids[400:], ids[400:])
     assert good["t2i_R@1"] > 0.95 and good["i2t_R@1"] > 0.95 and good["train_residual"] < 0.05
     rng = np.random.default_rng(3)
-    bad = retrieval(x[:400], rng.standard_normal((400, 16)), x[400:], rng.standard_normal((200, 16)),
-                    ids[400:], ids[400:])
+    bad = retrieval(
+        x[:400], rng.standard_normal((400, 16)), x[400:], rng.standard_normal((200, 16)), ids[400:], ids[400:]
+    )
     assert bad["t2i_R@5"] < 0.15  # chance is 5/200
 
 

@@ -33,16 +33,23 @@ def stack(tmp_path_factory):
     folder = tmp_path_factory.mktemp("stack")
     st = local_stack.up(folder)
     env = {**os.environ, **st.env(), "PLATONIC_REPO": str(REPO), "PREFECT_HOME": str(folder / "prefect-home")}
-    p = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--name", "tiny"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--name", "tiny"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     yield st, env, folder
     local_stack.down(folder)
 
 
 def prefect(env, *args, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prefect", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "prefect", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start_run(env, *sets: str) -> str:
@@ -85,12 +92,17 @@ class Mlflow:
         return r.json()
 
     def runs(self, filter_: str) -> list[dict]:
-        r = httpx.get(f"{self.uri}/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": "platonic-tiny"},
-                      timeout=30)
+        r = httpx.get(
+            f"{self.uri}/api/2.0/mlflow/experiments/get-by-name",
+            params={"experiment_name": "platonic-tiny"},
+            timeout=30,
+        )
         if r.status_code == 404:  # the first run has not created it yet
             return []
         exp = r.json()["experiment"]["experiment_id"]
-        return self.post("runs/search", {"experiment_ids": [exp], "filter": filter_, "max_results": 1000}).get("runs", [])
+        return self.post("runs/search", {"experiment_ids": [exp], "filter": filter_, "max_results": 1000}).get(
+            "runs", []
+        )
 
     def parent_of_flow_run(self, flow_run_id: str) -> dict:
         runs = self.runs(f"tags.`prefect.flow_run_id` = '{flow_run_id}'")
@@ -122,15 +134,25 @@ def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_
     arts = ml.get("artifacts/list", run_id=train["info"]["run_id"], path="outputs")["files"]
     assert "outputs/model.safetensors" in {a["path"] for a in arts}
     # the artifact comes back through the server's proxy, byte for byte, and lives in S3
-    r = httpx.get(f"{env['MLFLOW_TRACKING_URI']}/get-artifact",
-                  params={"path": "outputs/model.safetensors", "run_uuid": train["info"]["run_id"]}, timeout=30)
+    r = httpx.get(
+        f"{env['MLFLOW_TRACKING_URI']}/get-artifact",
+        params={"path": "outputs/model.safetensors", "run_uuid": train["info"]["run_id"]},
+        timeout=30,
+    )
     r.raise_for_status()
-    local = Path(json.loads(next((folder / "out-a" / "runs").glob("*/results.json")).read_text())["stages"]["train:good"]["uri"])
+    local = Path(
+        json.loads(next((folder / "out-a" / "runs").glob("*/results.json")).read_text())["stages"]["train:good"]["uri"]
+    )
     assert r.content == (local / "model.safetensors").read_bytes()
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{st.s3_port}", aws_access_key_id="platonic",
-                      aws_secret_access_key="platonic-secret", region_name="us-east-1")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{st.s3_port}",
+        aws_access_key_id="platonic",
+        aws_secret_access_key="platonic-secret",
+        region_name="us-east-1",
+    )
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=local_stack.BUCKET).get("Contents", [])]
     assert any(k.endswith(f"{train['info']['run_id']}/artifacts/outputs/model.safetensors") for k in keys), keys[:5]
 
@@ -173,13 +195,21 @@ def test_a_killed_worker_crashes_the_run_and_a_rerun_resumes_from_finished_stage
     state = flow_state(env, run_id)
     assert state in ("CRASHED", "RUNNING"), state
     if state == "RUNNING":
-        r = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}/set_state",
-                       json={"state": {"type": "CRASHED", "message": "worker killed"}, "force": True}, timeout=10)
+        r = httpx.post(
+            f"{env['PREFECT_API_URL']}/flow_runs/{run_id}/set_state",
+            json={"state": {"type": "CRASHED", "message": "worker killed"}, "force": True},
+            timeout=10,
+        )
         r.raise_for_status()
-    print(f"after SIGKILL of the worker: Prefect state {state}, MLflow parent "
-          f"{ml.parent_of_flow_run(run_id)['info']['status']}")
-    finished_before = {tags(k)["platonic.stage_instance"] for k in ml.children(ml.parent_of_flow_run(run_id))
-                       if k["info"]["status"] == "FINISHED"}
+    print(
+        f"after SIGKILL of the worker: Prefect state {state}, MLflow parent "
+        f"{ml.parent_of_flow_run(run_id)['info']['status']}"
+    )
+    finished_before = {
+        tags(k)["platonic.stage_instance"]
+        for k in ml.children(ml.parent_of_flow_run(run_id))
+        if k["info"]["status"] == "FINISHED"
+    }
     assert not (out / "runs").exists() or not list((out / "runs").glob("*/results.json"))  # it did not finish
     st.start_worker("worker-2", cwd=REPO)
     rerun = start_run(env, *sets)

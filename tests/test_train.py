@@ -12,8 +12,13 @@ from platonic.core.models import build_model, load_checkpoint, save_checkpoint
 from platonic.core.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, encode, train_tokenizer
 from platonic.core.train import ImageData, TextData, lr_at, make_sampler, mask_tokens, train_model
 
-TEXTS = [f"a {s} {c} {sh} in the {p}." for s in ("small", "big") for c in ("red", "blue", "green")
-         for sh in ("circle", "square") for p in ("top", "bottom left", "middle")]
+TEXTS = [
+    f"a {s} {c} {sh} in the {p}."
+    for s in ("small", "big")
+    for c in ("red", "blue", "green")
+    for sh in ("circle", "square")
+    for p in ("top", "bottom left", "middle")
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +40,7 @@ def test_mask_tokens_spares_specials_and_hits_the_rate(tok):
     neighbour = torch.zeros_like(m)
     neighbour[:, 1:] |= m[:, :-1]
     neighbour[:, :-1] |= m[:, 1:]
-    assert (neighbour[m].float().mean() > 0.8)
+    assert neighbour[m].float().mean() > 0.8
 
 
 def test_good_view_sampler_draws_distinct_texts_of_one_image(tok):
@@ -71,12 +76,29 @@ def test_training_lowers_the_loss_and_checkpoints_round_trip(tok, tmp_path, kind
     torch.manual_seed(0)
     ids, mask = encode(tok, TEXTS, 32)
     groups = [np.arange(i, i + 2) for i in range(0, 36, 2)]
-    cfg = ModelConfig(kind=kind, views=views, width=32, layers=1, heads=2, proj_dim=8, steps=60, batch_size=16,
-                      slices=32, optim=OptimConfig(lr=3e-3))
+    cfg = ModelConfig(
+        kind=kind,
+        views=views,
+        width=32,
+        layers=1,
+        heads=2,
+        proj_dim=8,
+        steps=60,
+        batch_size=16,
+        slices=32,
+        optim=OptimConfig(lr=3e-3),
+    )
     model = build_model(cfg, vocab_size=tok.get_vocab_size(), max_len=32)
     seen = []
-    train_model(cfg, model, make_sampler(cfg, TextData(ids, mask, groups), 0), seed=0,
-                on_log=lambda step, m: seen.append(m["loss"]), log_every=1, show_progress=False)
+    train_model(
+        cfg,
+        model,
+        make_sampler(cfg, TextData(ids, mask, groups), 0),
+        seed=0,
+        on_log=lambda step, m: seen.append(m["loss"]),
+        log_every=1,
+        show_progress=False,
+    )
     assert np.mean(seen[-10:]) < np.mean(seen[:5]), seen
     save_checkpoint(model, {"vocab_size": tok.get_vocab_size(), "max_len": 32}, tmp_path)
     again = load_checkpoint(tmp_path, cfg)
@@ -99,11 +121,20 @@ def test_tokenizer_is_identical_across_processes(tmp_path):
     import subprocess
     import sys
 
-    code = ("from platonic.core.tokenizer import train_tokenizer; import sys; "
-            f"texts = {TEXTS!r}; sys.stdout.write(train_tokenizer(texts, 30).to_str())")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout
-            for seed in (1, 2, 3)}
+    code = (
+        "from platonic.core.tokenizer import train_tokenizer; import sys; "
+        f"texts = {TEXTS!r}; sys.stdout.write(train_tokenizer(texts, 30).to_str())"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in (1, 2, 3)
+    }
     assert len(outs) == 1
 
 
@@ -128,12 +159,19 @@ def test_snapshots_do_not_change_training(tok):
     groups = [np.arange(i, i + 3) for i in range(0, 36, 3)]
     finals, seen = [], []
     for snaps in (0, 4):
-        cfg = ModelConfig(kind="text_jepa", views="good", batch_size=8, width=16, heads=2, layers=1, steps=12,
-                          snapshots=snaps)
+        cfg = ModelConfig(
+            kind="text_jepa", views="good", batch_size=8, width=16, heads=2, layers=1, steps=12, snapshots=snaps
+        )
         torch.manual_seed(0)
         model = build_model(cfg, vocab_size=tok.get_vocab_size(), max_len=32)
-        train_model(cfg, model, make_sampler(cfg, TextData(ids, mask, groups), 0), 0, show_progress=False,
-                    on_snapshot=lambda step, m: seen.append((step, {k: v.clone() for k, v in m.state_dict().items()})))
+        train_model(
+            cfg,
+            model,
+            make_sampler(cfg, TextData(ids, mask, groups), 0),
+            0,
+            show_progress=False,
+            on_snapshot=lambda step, m: seen.append((step, {k: v.clone() for k, v in m.state_dict().items()})),
+        )
         finals.append(model.state_dict())
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
     assert [s for s, _ in seen] == [2, 4, 7]  # snapshot_steps(12, 4) minus the final step

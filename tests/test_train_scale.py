@@ -33,8 +33,10 @@ def _corpus(n_images: int = 96) -> list[dict]:
     for i in range(n_images):
         c, s, p = COLOURS[i % 8], SHAPES[(i // 8) % 6], PLACES[(i // 48) % 5]
         texts = [f"a {c} {s} at the {p}.", f"the {s} is {c}, {p}.", f"{p}: one {c} {s} here"]
-        rows += [{"image_id": f"im{i:03d}", "text_id": f"t{i}_{k}", "source_kind": "recap", "text": t}
-                 for k, t in enumerate(texts)]
+        rows += [
+            {"image_id": f"im{i:03d}", "text_id": f"t{i}_{k}", "source_kind": "recap", "text": t}
+            for k, t in enumerate(texts)
+        ]
     return rows
 
 
@@ -44,8 +46,10 @@ seed: 3
 train:
   threads: 1
   models:
-    good: {kind: text_jepa, views: good, width: 32, layers: 1, heads: 2, proj_dim: 16, steps: 8, batch_size: 16, slices: 32}
-    bad:  {kind: text_jepa, views: bad, width: 32, layers: 1, heads: 2, proj_dim: 16, steps: 8, batch_size: 16, slices: 32}
+    good: {kind: text_jepa, views: good, width: 32, layers: 1, heads: 2, proj_dim: 16, steps: 8, batch_size: 16,
+           slices: 32}
+    bad:  {kind: text_jepa, views: bad, width: 32, layers: 1, heads: 2, proj_dim: 16, steps: 8, batch_size: 16,
+           slices: 32}
     ntp:  {kind: causal_lm, views: text, width: 32, layers: 1, heads: 2, steps: 8, batch_size: 16, optim: {lr: 0.005}}
     image: {kind: image_jepa, views: renders, width: 16, proj_dim: 8, steps: 2, batch_size: 8}
 """
@@ -97,8 +101,20 @@ def test_two_torchrun_processes_match_one_with_the_same_global_batch(views, tmp_
     (SyncBatchNorm on GPU)."""
     recipe = views.parent / "recipe.yaml"
     one, two = tmp_path / "one", tmp_path / "two"
-    main(["--recipe", str(recipe), "--model", model, "--input", str(views), "--out", str(one),
-          "--metrics", str(tmp_path / "one.jsonl")])
+    main(
+        [
+            "--recipe",
+            str(recipe),
+            "--model",
+            model,
+            "--input",
+            str(views),
+            "--out",
+            str(one),
+            "--metrics",
+            str(tmp_path / "one.jsonl"),
+        ]
+    )
     cmd = torchrun_command(recipe, model, views, two, 2, metrics=tmp_path / "two.jsonl")
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -124,8 +140,22 @@ def test_a_sigkilled_run_resumes_to_the_same_final_weights(views, tmp_path):
     ref = tmp_path / "ref"
     main(["--recipe", str(recipe), "--model", "bad", "--input", str(views), "--out", str(ref), *sets])
     ck, out = tmp_path / "ck", tmp_path / "out"
-    args = [sys.executable, "-m", "platonic.core.train", "--recipe", str(recipe), "--model", "bad",
-            "--input", str(views), "--out", str(out), "--checkpoints", str(ck), *sets]
+    args = [
+        sys.executable,
+        "-m",
+        "platonic.core.train",
+        "--recipe",
+        str(recipe),
+        "--model",
+        "bad",
+        "--input",
+        str(views),
+        "--out",
+        str(out),
+        "--checkpoints",
+        str(ck),
+        *sets,
+    ]
     p = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not list(ck.glob("step_*")) and p.poll() is None and time.monotonic() < deadline:
@@ -148,8 +178,22 @@ def test_a_sigkilled_run_resumes_to_the_same_final_weights(views, tmp_path):
 def test_checkpoints_hold_no_pickle(views, tmp_path):
     recipe = views.parent / "recipe.yaml"
     ck = tmp_path / "ck"
-    main(["--recipe", str(recipe), "--model", "good", "--input", str(views), "--out", str(tmp_path / "o"),
-          "--checkpoints", str(ck), "--set", "train.models.good.checkpoint_every=16"])
+    main(
+        [
+            "--recipe",
+            str(recipe),
+            "--model",
+            "good",
+            "--input",
+            str(views),
+            "--out",
+            str(tmp_path / "o"),
+            "--checkpoints",
+            str(ck),
+            "--set",
+            "train.models.good.checkpoint_every=16",
+        ]
+    )
     for step in ck.glob("step_*"):
         assert sorted(f.name for f in step.iterdir()) == ["model.safetensors", "optimizer.safetensors", "state.json"]
         opt = load_file(str(step / "optimizer.safetensors"))  # safetensors: tensors only, no code
@@ -216,12 +260,25 @@ def test_embed_text_output_projector_and_layer(views, tmp_path):
 
     recipe = views.parent / "recipe.yaml"
     ck = tmp_path / "good"
-    main(["--recipe", str(recipe), "--model", "good", "--input", str(views), "--out", str(ck),
-          "--set", "train.models.good.steps=2"])
+    main(
+        [
+            "--recipe",
+            str(recipe),
+            "--model",
+            "good",
+            "--input",
+            str(views),
+            "--out",
+            str(ck),
+            "--set",
+            "train.models.good.steps=2",
+        ]
+    )
     ev = tmp_path / "ingest"
     ev.mkdir()
-    pq.write_table(pa.table({"image_id": ["b", "a", "c"], "text": ["a red star.", "one blue ring", "pink"]}),
-                   ev / "eval.parquet")
+    pq.write_table(
+        pa.table({"image_id": ["b", "a", "c"], "text": ["a red star.", "one blue ring", "pink"]}), ev / "eval.parquet"
+    )
     cfg = ModelConfig(kind="text_jepa", width=32, layers=1, heads=2, proj_dim=16)
     (tmp_path / "p").mkdir()
     pooled = run_embed(cfg, ck, ev, tmp_path / "p", 2)
@@ -240,8 +297,22 @@ def test_gradient_accumulation_matches_one_big_batch_for_next_token(views, tmp_p
     outs = {}
     for accum in (1, 2):
         outs[accum] = tmp_path / f"a{accum}"
-        main(["--recipe", str(recipe), "--model", "ntp", "--input", str(views), "--out", str(outs[accum]),
-              "--set", f"train.models.ntp.grad_accum={accum}", "--set", "train.models.ntp.steps=4"])
+        main(
+            [
+                "--recipe",
+                str(recipe),
+                "--model",
+                "ntp",
+                "--input",
+                str(views),
+                "--out",
+                str(outs[accum]),
+                "--set",
+                f"train.models.ntp.grad_accum={accum}",
+                "--set",
+                "train.models.ntp.steps=4",
+            ]
+        )
     a, b = load_file(str(outs[1] / "model.safetensors")), load_file(str(outs[2] / "model.safetensors"))
     for k in a:
         assert torch.allclose(a[k], b[k], atol=2e-5), k

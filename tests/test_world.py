@@ -96,23 +96,30 @@ def test_recaption_mentions_every_object(world):
             text = recaption(scene, cfg, scene_rng(cfg.seed, i, 10, extra))
             # each attribute value occurs exactly as often as objects carry it, in one of the
             # first `synonyms` wordings
-            for table, names, attr in ((SHAPE_WORDS, SHAPES, "shape"), (COLOUR_WORDS, COLOURS, "colour"),
-                                       (SIZE_WORDS, SIZES, "size")):
+            for table, names, attr in (
+                (SHAPE_WORDS, SHAPES, "shape"),
+                (COLOUR_WORDS, COLOURS, "colour"),
+                (SIZE_WORDS, SIZES, "size"),
+            ):
                 want = Counter(names[getattr(o, attr)] for o in scene.objects)
                 for name, words in table.items():
                     got = _count_words(text, words[: cfg.synonyms])
                     assert got == want.get(name, 0), (sid, text, attr, name)
-                    assert _count_words(text, words[cfg.synonyms:]) == 0, (text, words)
+                    assert _count_words(text, words[cfg.synonyms :]) == 0, (text, words)
 
 
 def _match_objects(parsed: list[dict], scene) -> bool:
     """Can every parsed object be assigned to a distinct scene object that agrees with each
     attribute the text states?"""
+
     def agrees(p, o) -> bool:
-        return (p["shape"] == SHAPES[o.shape]
-                and p["colour"] in (None, COLOURS[o.colour])
-                and p["size"] in (None, SIZES[o.size])
-                and (p["pos"] is None or PHRASE_TO_CELL[p["pos"]] == o.cell))
+        return (
+            p["shape"] == SHAPES[o.shape]
+            and p["colour"] in (None, COLOURS[o.colour])
+            and p["size"] in (None, SIZES[o.size])
+            and (p["pos"] is None or PHRASE_TO_CELL[p["pos"]] == o.cell)
+        )
+
     return any(
         all(agrees(p, o) for p, o in zip(parsed, perm, strict=False))
         for perm in itertools.permutations(scene.objects, len(parsed))

@@ -62,7 +62,9 @@ def build_corpus_catalog(out: Path, images: bool = False) -> Path:
             name = view.group(1) if view else ""
             if name in empty and not any((Path(out) / name).glob("*/*.parquet")):
                 # no shard could be read: an empty table of the right columns, not a failing view
-                con.register("empty_partition", empty[name].empty_table().append_column("shard", pa.array([], pa.string())))
+                con.register(
+                    "empty_partition", empty[name].empty_table().append_column("shard", pa.array([], pa.string()))
+                )
                 con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM empty_partition")
                 con.unregister("empty_partition")
             else:

@@ -58,8 +58,15 @@ from .readers import (
 from .schema import QUARANTINE_SCHEMA, TEXT_SCHEMA
 
 RULES_VERSION = 1  # bump when the normalisation or the rules change: shard caches re-run
-REASONS = ("missing_field", "schema_mismatch", "empty_text", "invalid_utf8", "over_long_text",
-           "duplicate_key", "unknown_image")
+REASONS = (
+    "missing_field",
+    "schema_mismatch",
+    "empty_text",
+    "invalid_utf8",
+    "over_long_text",
+    "duplicate_key",
+    "unknown_image",
+)
 _INTERNAL = (MISMATCH, REASON, REASON_FIELD)
 
 
@@ -86,8 +93,17 @@ def _raw(texts: pa.Array, reasons: pa.Array) -> pa.Array:
         return texts
     vals = texts.to_pylist()
     bad = reasons.to_pylist()
-    return pa.array([None if v is None else v.decode("utf-8", "backslashreplace") if r == "invalid_utf8"
-                     else v.decode("utf-8", "replace") for v, r in zip(vals, bad, strict=True)], pa.string())
+    return pa.array(
+        [
+            None
+            if v is None
+            else v.decode("utf-8", "backslashreplace")
+            if r == "invalid_utf8"
+            else v.decode("utf-8", "replace")
+            for v, r in zip(vals, bad, strict=True)
+        ],
+        pa.string(),
+    )
 
 
 class _Normaliser:
@@ -109,24 +125,39 @@ class _Normaliser:
         # row-level reasons, in order: a reader's own, a mistyped id, a missing id, a duplicate row
         row_reason = rows.column(REASON).combine_chunks() if REASON in names else _null_str(n)
         row_field = rows.column(REASON_FIELD).combine_chunks() if REASON_FIELD in names else _null_str(n)
-        id_bad = _bool(rows.column(MISMATCH + "image_id").combine_chunks() if MISMATCH + "image_id" in names else None, n)
+        id_bad = _bool(
+            rows.column(MISMATCH + "image_id").combine_chunks() if MISMATCH + "image_id" in names else None, n
+        )
         index_cols = sorted({f.index_column for f in fields if f.index_column})
         idx_missing = pa.array(np.zeros(n, bool))
         for c in index_cols:
             idx_missing = pc.or_(idx_missing, pc.is_null(rows.column(c).combine_chunks()))
         no_id = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(image_id)), 0), True)  # null or blank
         conds = [pc.is_valid(row_reason), id_bad, no_id, idx_missing]
-        row_reason = pc.case_when(pc.make_struct(*conds), row_reason, "schema_mismatch", "missing_field", "missing_field")
-        row_field = pc.case_when(pc.make_struct(*conds), row_field, self.id_column, self.id_column,
-                                 index_cols[0] if index_cols else self.id_column)
+        row_reason = pc.case_when(
+            pc.make_struct(*conds), row_reason, "schema_mismatch", "missing_field", "missing_field"
+        )
+        row_field = pc.case_when(
+            pc.make_struct(*conds),
+            row_field,
+            self.id_column,
+            self.id_column,
+            index_cols[0] if index_cols else self.id_column,
+        )
         # duplicate rows: a key seen before in this shard (the first row with a key keeps it)
-        keys = image_id if not index_cols else pc.binary_join_element_wise(
-            image_id, *[rows.column(c).combine_chunks().cast(pa.string()) for c in index_cols], "\x1f")
+        keys = (
+            image_id
+            if not index_cols
+            else pc.binary_join_element_wise(
+                image_id, *[rows.column(c).combine_chunks().cast(pa.string()) for c in index_cols], "\x1f"
+            )
+        )
         ok_rows = pc.is_null(row_reason)
         dup = np.zeros(n, bool)
         seen = self.seen
-        for i, k in zip(np.flatnonzero(ok_rows.to_numpy(zero_copy_only=False)),
-                        keys.filter(ok_rows).to_pylist(), strict=True):
+        for i, k in zip(
+            np.flatnonzero(ok_rows.to_numpy(zero_copy_only=False)), keys.filter(ok_rows).to_pylist(), strict=True
+        ):
             if k in seen:
                 dup[i] = True
             else:
@@ -136,9 +167,14 @@ class _Normaliser:
         row_field = pc.if_else(dup_a, pa.scalar(self.id_column), row_field)
         source_row = rows.column("source_row").combine_chunks()
 
-        prov = [c for c in rows.column_names
-                if c not in ("image_id", "source_row") and not c.startswith(_INTERNAL)
-                and c not in {f.column for f in self.fields} and c not in index_cols]
+        prov = [
+            c
+            for c in rows.column_names
+            if c not in ("image_id", "source_row")
+            and not c.startswith(_INTERNAL)
+            and c not in {f.column for f in self.fields}
+            and c not in index_cols
+        ]
         if not fields:  # no text column in this shard at all (optional ones): no texts
             return pa.Table.from_pylist([], schema=TEXT_SCHEMA), pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
         # per field: its texts, reasons, fields named in the quarantine, indices (all length n)
@@ -154,8 +190,11 @@ class _Normaliser:
             normalised.append(norm)
             reasons.append(reason)
             qfields.append(pc.if_else(pc.is_valid(row_reason), row_field, pa.scalar(f.column)))
-            indices.append(rows.column(f.index_column).combine_chunks().cast(pa.string()) if f.index_column
-                           else pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [str(f.index)]).cast(pa.string()))
+            indices.append(
+                rows.column(f.index_column).combine_chunks().cast(pa.string())
+                if f.index_column
+                else pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [str(f.index)]).cast(pa.string())
+            )
         n_f = len(fields)
         # (row, field) pairs in row-major order, so the texts of one input row stay together;
         # `flat` indexes the field-major concatenation of the per-field arrays
@@ -174,7 +213,9 @@ class _Normaliser:
         k = len(row)
         cols = {
             "image_id": image,
-            "text_id": pc.binary_join_element_wise(image, kind, pa.chunked_array(indices).take(flat).combine_chunks(), ":"),
+            "text_id": pc.binary_join_element_wise(
+                image, kind, pa.chunked_array(indices).take(flat).combine_chunks(), ":"
+            ),
             "source_kind": kind,
             "text": pa.chunked_array(normalised).take(flat).combine_chunks(),
             "source_uri": pa.DictionaryArray.from_arrays(np.zeros(k, np.int32), [self.uri]).cast(pa.string()),
@@ -191,24 +232,41 @@ class _Normaliser:
             return kept, pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
         qrow, _qfld, qflat = pick(~good)
         reason = pa.chunked_array(reasons).take(qflat).combine_chunks()
-        q = pa.table({
-            "source_uri": pa.array([self.uri] * len(qrow), pa.string()),
-            "source_row": source_row.take(pa.array(qrow, pa.int64())),
-            "field": pa.chunked_array(qfields).take(qflat).combine_chunks(),
-            "reason": reason,
-            "raw": _raw(pa.chunked_array(texts).take(qflat).combine_chunks(), reason),
-        }, schema=QUARANTINE_SCHEMA)
+        q = pa.table(
+            {
+                "source_uri": pa.array([self.uri] * len(qrow), pa.string()),
+                "source_row": source_row.take(pa.array(qrow, pa.int64())),
+                "field": pa.chunked_array(qfields).take(qflat).combine_chunks(),
+                "reason": reason,
+                "raw": _raw(pa.chunked_array(texts).take(qflat).combine_chunks(), reason),
+            },
+            schema=QUARANTINE_SCHEMA,
+        )
         return kept, q
 
 
-_LOW_CARDINALITY = {"source_kind", "source_uri", "generator", "generator_model", "generator_params", "field",
-                    "reason", "split", "ext", "tar"}
+_LOW_CARDINALITY = {
+    "source_kind",
+    "source_uri",
+    "generator",
+    "generator_model",
+    "generator_params",
+    "field",
+    "reason",
+    "split",
+    "ext",
+    "tar",
+}
 
 
 def _dictionary_columns(schema: pa.Schema) -> list[str]:
     """Dictionary-encode numbers and the few repetitive strings; trying it on texts, ids and
     urls only costs time (the encoder gives up on them after the first page)."""
-    return [f.name for f in schema if f.name in _LOW_CARDINALITY or not (pa.types.is_string(f.type) or pa.types.is_binary(f.type))]
+    return [
+        f.name
+        for f in schema
+        if f.name in _LOW_CARDINALITY or not (pa.types.is_string(f.type) or pa.types.is_binary(f.type))
+    ]
 
 
 def source_name(shard: Shard) -> str:
@@ -219,8 +277,17 @@ def source_name(shard: Shard) -> str:
 def shard_key(reader: Reader, shard: Shard, max_chars: int) -> str:
     """The shard cache key: same bytes under the same name, same reader, same rules -> same
     output (a moved corpus is not redone; its files' names are part of the output)."""
-    return stable_hash({"rules": RULES_VERSION, "reader": reader.describe(), "max_chars": max_chars,
-                        "digest": shard.digest, "name": source_name(shard), "id": shard.id}, n=24)
+    return stable_hash(
+        {
+            "rules": RULES_VERSION,
+            "reader": reader.describe(),
+            "max_chars": max_chars,
+            "digest": shard.digest,
+            "name": source_name(shard),
+            "id": shard.id,
+        },
+        n=24,
+    )
 
 
 def _prefetched(items: Iterator, depth: int = 2) -> Iterator:
@@ -278,8 +345,9 @@ class _Writers:
             name, table = item
             try:
                 if name not in self.writers:
-                    self.writers[name] = pq.ParquetWriter(self.out / f"{name}.parquet", table.schema,
-                                                          use_dictionary=_dictionary_columns(table.schema))
+                    self.writers[name] = pq.ParquetWriter(
+                        self.out / f"{name}.parquet", table.schema, use_dictionary=_dictionary_columns(table.schema)
+                    )
                 elif table.schema != self.writers[name].schema:  # provenance types differ between batches
                     table = table.cast(self.writers[name].schema)
                 self.writers[name].write_table(table)
@@ -317,7 +385,9 @@ def ingest_shard(reader: Reader, shard: Shard, max_chars: int, out: Path) -> dic
             counts["kept"] += texts.num_rows
             counts["quarantined"] += q.num_rows
             if q.num_rows:
-                for r, c in zip(*np.unique(q["reason"].to_numpy(zero_copy_only=False), return_counts=True), strict=True):
+                for r, c in zip(
+                    *np.unique(q["reason"].to_numpy(zero_copy_only=False), return_counts=True), strict=True
+                ):
                     reasons[r] = reasons.get(r, 0) + int(c)
             for name, table in (("texts", texts), ("quarantine", q), ("images", batch.images)):
                 if table is not None and (table.num_rows or name not in started):
@@ -382,7 +452,7 @@ def _cross_shard_duplicates(out: Path, order: list[str]) -> dict[str, list[tuple
     con = duckdb.connect()
     try:
         con.execute("SET memory_limit='512MB'")
-        con.execute("SET temp_directory = ?", [(out / '.duckdb_tmp').as_posix()])
+        con.execute("SET temp_directory = ?", [(out / ".duckdb_tmp").as_posix()])
         con.execute("SET preserve_insertion_order=false")
         rows = con.execute(sql("cross_shard_duplicates", texts=str(out / "texts" / "*" / "*.parquet"))).fetchall()
     finally:
@@ -409,8 +479,10 @@ def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_
     src = pq.ParquetFile(tpath, pre_buffer=False)
     tmp_t, tmp_q = tpath.with_name("data.parquet.tmp"), qpath.with_name("data.parquet.tmp")
     moved = 0
-    with pq.ParquetWriter(tmp_t, src.schema_arrow, use_dictionary=_dictionary_columns(src.schema_arrow)) as wt, \
-            pq.ParquetWriter(tmp_q, QUARANTINE_SCHEMA) as wq:
+    with (
+        pq.ParquetWriter(tmp_t, src.schema_arrow, use_dictionary=_dictionary_columns(src.schema_arrow)) as wt,
+        pq.ParquetWriter(tmp_q, QUARANTINE_SCHEMA) as wq,
+    ):
         for b in pq.ParquetFile(qpath, pre_buffer=False).iter_batches(batch_size=batch_rows):
             wq.write_batch(b)
         for b in src.iter_batches(batch_size=batch_rows):
@@ -419,19 +491,31 @@ def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_
             dup = b.filter(hit)
             if dup.num_rows:
                 moved += dup.num_rows
-                wq.write_table(pa.table({
-                    "source_uri": dup.column("source_uri"), "source_row": dup.column("source_row"),
-                    "field": pa.array(["text_id"] * dup.num_rows, pa.string()),
-                    "reason": pa.array(["duplicate_key"] * dup.num_rows, pa.string()), "raw": dup.column("text"),
-                }, schema=QUARANTINE_SCHEMA))
+                wq.write_table(
+                    pa.table(
+                        {
+                            "source_uri": dup.column("source_uri"),
+                            "source_row": dup.column("source_row"),
+                            "field": pa.array(["text_id"] * dup.num_rows, pa.string()),
+                            "reason": pa.array(["duplicate_key"] * dup.num_rows, pa.string()),
+                            "raw": dup.column("text"),
+                        },
+                        schema=QUARANTINE_SCHEMA,
+                    )
+                )
     os.replace(tmp_t, tpath)  # replaces the link, never writes through it
     os.replace(tmp_q, qpath)
     return moved
 
 
-def ingest_corpus(shards: list[Shard], cfg: IngestConfig, out: Path, cache: Path,
-                  progress: Callable[[ShardResult], None] | None = None,
-                  mapper: Callable[[Callable, list[tuple]], list] | None = None) -> tuple[dict[str, int], list[ShardResult]]:
+def ingest_corpus(
+    shards: list[Shard],
+    cfg: IngestConfig,
+    out: Path,
+    cache: Path,
+    progress: Callable[[ShardResult], None] | None = None,
+    mapper: Callable[[Callable, list[tuple]], list] | None = None,
+) -> tuple[dict[str, int], list[ShardResult]]:
     """Ingest every shard (cached ones are not redone), lay the partitions out under `out`,
     quarantine cross-shard duplicate text ids, and register the DuckDB catalog.
 
@@ -486,18 +570,45 @@ def ingest_corpus(shards: list[Shard], cfg: IngestConfig, out: Path, cache: Path
             r.counts["kept"] -= moved
             r.counts["quarantined"] += moved
             r.counts["quarantined_duplicate_key"] = r.counts.get("quarantined_duplicate_key", 0) + moved
-    pq.write_table(pa.Table.from_pylist([{
-        "shard": r.shard.id, "uri": r.shard.uri, "digest": r.shard.digest, "status": "failed" if r.status == "failed" else "ok",
-        "rows_in": r.counts.get("rows_in", 0), "texts_in": r.counts.get("in", 0), "kept": r.counts.get("kept", 0),
-        "quarantined": r.counts.get("quarantined", 0), "error": r.error,
-    } for r in results], schema=pa.schema([("shard", pa.string()), ("uri", pa.string()), ("digest", pa.string()),
-                                           ("status", pa.string()), ("rows_in", pa.int64()), ("texts_in", pa.int64()),
-                                           ("kept", pa.int64()), ("quarantined", pa.int64()), ("error", pa.string())])),
-        out / "shards.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "shard": r.shard.id,
+                    "uri": r.shard.uri,
+                    "digest": r.shard.digest,
+                    "status": "failed" if r.status == "failed" else "ok",
+                    "rows_in": r.counts.get("rows_in", 0),
+                    "texts_in": r.counts.get("in", 0),
+                    "kept": r.counts.get("kept", 0),
+                    "quarantined": r.counts.get("quarantined", 0),
+                    "error": r.error,
+                }
+                for r in results
+            ],
+            schema=pa.schema(
+                [
+                    ("shard", pa.string()),
+                    ("uri", pa.string()),
+                    ("digest", pa.string()),
+                    ("status", pa.string()),
+                    ("rows_in", pa.int64()),
+                    ("texts_in", pa.int64()),
+                    ("kept", pa.int64()),
+                    ("quarantined", pa.int64()),
+                    ("error", pa.string()),
+                ]
+            ),
+        ),
+        out / "shards.parquet",
+    )
     build_corpus_catalog(out, images=(out / "images").is_dir() and any((out / "images").iterdir()))
-    counts: dict[str, int] = {"shards": len(results), "shards_ingested": sum(r.status == "ingested" for r in results),
-                              "shards_cached": sum(r.status == "cached" for r in results),
-                              "shards_failed": sum(r.status == "failed" for r in results)}
+    counts: dict[str, int] = {
+        "shards": len(results),
+        "shards_ingested": sum(r.status == "ingested" for r in results),
+        "shards_cached": sum(r.status == "cached" for r in results),
+        "shards_failed": sum(r.status == "failed" for r in results),
+    }
     for key in ("rows_in", "in", "kept", "quarantined", "images"):
         counts[key] = sum(r.counts.get(key, 0) for r in ok)
     for reason in REASONS:

@@ -50,8 +50,13 @@ class EvalSet:
         return [first[i] for i in self.image_ids]
 
 
-def load_prh(source: str = "minhuh/prh", revision: str | None = "wit_1024", split: str = "train",
-             caption_index: int = 0, all_captions: bool = False) -> EvalSet:
+def load_prh(
+    source: str = "minhuh/prh",
+    revision: str | None = "wit_1024",
+    split: str = "train",
+    caption_index: int = 0,
+    all_captions: bool = False,
+) -> EvalSet:
     """The PRH evaluation sets (`image`: PIL, `text`: list of captions). `source` is a hub
     dataset id (revision pinned) or a local Parquet file/folder in the same format.
     Caption `caption_index` of each image (alignment), or with `all_captions` every caption
@@ -135,8 +140,13 @@ def load_coco_captions(json_path: str | Path, image_root: str | Path) -> EvalSet
     paths = [root / im["file_name"] for im in data["images"]]
     order = np.argsort([int(a.get("id", k)) for k, a in enumerate(data["annotations"])], kind="stable")
     anns = [data["annotations"][k] for k in order]
-    return EvalSet(f"{json_path.stem}", ids, [str(a["caption"]).strip() for a in anns],
-                   [str(a["image_id"]) for a in anns], lambda i: _open(paths[i]))
+    return EvalSet(
+        f"{json_path.stem}",
+        ids,
+        [str(a["caption"]).strip() for a in anns],
+        [str(a["image_id"]) for a in anns],
+        lambda i: _open(paths[i]),
+    )
 
 
 def _no_image(i: int):
@@ -159,8 +169,9 @@ def load_world_eval(path: str | Path) -> EvalSet:
     if id_col not in t.column_names or "text" not in t.column_names:
         raise EvalSetError(f"{p}: expected columns scene_id|image_id and text (has {t.column_names})")
     ids = [str(x) for x in t[id_col].to_pylist()]
-    return EvalSet(f"world:{p.parent.name}", list(dict.fromkeys(ids)), [str(x) for x in t["text"].to_pylist()], ids,
-                   _no_image)
+    return EvalSet(
+        f"world:{p.parent.name}", list(dict.fromkeys(ids)), [str(x) for x in t["text"].to_pylist()], ids, _no_image
+    )
 
 
 def load_caption_file(path: str | Path) -> EvalSet:

@@ -71,9 +71,16 @@ def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
     clean = pc.if_else(pc.fill_null(valid, False), as_str, pa.scalar(None, pa.string()))
     normalised = normalize_whitespace(clean)
     reason = pc.case_when(
-        pc.make_struct(pc.is_null(texts), pc.invert(pc.fill_null(valid, True)),
-                       pc.equal(pc.binary_length(normalised), 0), pc.greater(pc.utf8_length(clean), max_chars)),
-        "missing_field", "invalid_utf8", "empty_text", "over_long_text",
+        pc.make_struct(
+            pc.is_null(texts),
+            pc.invert(pc.fill_null(valid, True)),
+            pc.equal(pc.binary_length(normalised), 0),
+            pc.greater(pc.utf8_length(clean), max_chars),
+        ),
+        "missing_field",
+        "invalid_utf8",
+        "empty_text",
+        "over_long_text",
     )
     return reason, normalised
 
@@ -109,40 +116,73 @@ def ingest_world(world_dir: Path, cfg: IngestConfig, out: Path, source: str = "w
         table = pq.read_table(world_dir / fname)
         reasons, normalised = check_texts(table["text"].combine_chunks(), cfg.max_text_chars)
         t = table.to_pydict()
-        for r, (sid, text, text_reason, norm) in enumerate(zip(t["scene_id"], t["text"], reasons.to_pylist(),
-                                                              normalised.to_pylist(), strict=True)):
+        for r, (sid, text, text_reason, norm) in enumerate(
+            zip(t["scene_id"], t["text"], reasons.to_pylist(), normalised.to_pylist(), strict=True)
+        ):
             reason = "missing_field" if not sid else text_reason
             text_id = f"{sid}:{kind}:0"
             if reason is None and text_id in seen:
                 reason = "duplicate_key"
             if reason is not None:
-                quarantine.append({"source_uri": uri, "source_row": r, "field": "text", "reason": reason, "raw": None if text is None else str(text)})
+                quarantine.append(
+                    {
+                        "source_uri": uri,
+                        "source_row": r,
+                        "field": "text",
+                        "reason": reason,
+                        "raw": None if text is None else str(text),
+                    }
+                )
                 continue
             seen.add(text_id)
-            sink.append({"image_id": sid, "text_id": text_id, "source_kind": kind, "text": norm,
-                         "source_uri": uri, "source_row": r})
+            sink.append(
+                {
+                    "image_id": sid,
+                    "text_id": text_id,
+                    "source_kind": kind,
+                    "text": norm,
+                    "source_uri": uri,
+                    "source_row": r,
+                }
+            )
     if not eval_rows:
-        raise ValueError(f"ingest: every eval caption in {world_dir / 'eval_captions.parquet'} was quarantined "
-                         f"(see quarantine.parquet; ingest.max_text_chars={cfg.max_text_chars})")
+        raise ValueError(
+            f"ingest: every eval caption in {world_dir / 'eval_captions.parquet'} was quarantined "
+            f"(see quarantine.parquet; ingest.max_text_chars={cfg.max_text_chars})"
+        )
     scenes = pq.read_table(world_dir / "scenes.parquet", columns=["scene_id", "split", "render_row"])
     renders_uri = f"{source}/renders.npy"
-    images = pa.table({
-        "image_id": scenes["scene_id"], "split": scenes["split"], "render_row": scenes["render_row"],
-        "uri": pa.array([f"{renders_uri}#{r}" for r in scenes["render_row"].to_pylist()]),
-    })
+    images = pa.table(
+        {
+            "image_id": scenes["scene_id"],
+            "split": scenes["split"],
+            "render_row": scenes["render_row"],
+            "uri": pa.array([f"{renders_uri}#{r}" for r in scenes["render_row"].to_pylist()]),
+        }
+    )
     pq.write_table(text_table(rows), out / "corpus.parquet")
     pq.write_table(text_table(eval_rows), out / "eval.parquet")
     pq.write_table(images, out / "images.parquet")
     pq.write_table(pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA), out / "quarantine.parquet")
-    build_catalog(out / "catalog.duckdb", corpus=out / "corpus.parquet", eval=out / "eval.parquet",
-                  images=out / "images.parquet", quarantine=out / "quarantine.parquet")
+    build_catalog(
+        out / "catalog.duckdb",
+        corpus=out / "corpus.parquet",
+        eval=out / "eval.parquet",
+        images=out / "images.parquet",
+        quarantine=out / "quarantine.parquet",
+    )
     n_in = sum(pq.read_metadata(world_dir / f).num_rows for f in ("alt_texts.parquet", "eval_captions.parquet"))
-    counts = {"in": n_in, "kept": len(rows) + len(eval_rows), "quarantined": len(quarantine),
-              "train_texts": len(rows), "eval_texts": len(eval_rows), "images": images.num_rows}
+    counts = {
+        "in": n_in,
+        "kept": len(rows) + len(eval_rows),
+        "quarantined": len(quarantine),
+        "train_texts": len(rows),
+        "eval_texts": len(eval_rows),
+        "images": images.num_rows,
+    }
     assert counts["in"] == counts["kept"] + counts["quarantined"], counts
     return counts
 
 
 def ingest_stats(out: Path) -> list[dict]:
     return corpus_stats(out / "catalog.duckdb")
-

@@ -24,11 +24,25 @@ from .text import CausalLM, TextEncoder
 if TYPE_CHECKING:
     from ..config import ModelConfig
 
-__all__ = ["PRESETS", "resolve_dims", "build_model", "save_checkpoint", "load_checkpoint", "TextEncoder", "CausalLM", "ImageEncoder"]
+__all__ = [
+    "PRESETS",
+    "resolve_dims",
+    "build_model",
+    "save_checkpoint",
+    "load_checkpoint",
+    "TextEncoder",
+    "CausalLM",
+    "ImageEncoder",
+]
 
 
-def build_model(cfg: ModelConfig, vocab_size: int | None = None, max_len: int = 64, image_size: int = 32,
-                special_ids: dict[str, int] | None = None) -> torch.nn.Module:
+def build_model(
+    cfg: ModelConfig,
+    vocab_size: int | None = None,
+    max_len: int = 64,
+    image_size: int = 32,
+    special_ids: dict[str, int] | None = None,
+) -> torch.nn.Module:
     """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout."""
     layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
     if cfg.kind == "text_jepa":

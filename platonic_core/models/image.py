@@ -16,11 +16,13 @@ class ImageEncoder(nn.Module):
     def __init__(self, width: int, proj_dim: int, image_size: int = 32):
         super().__init__()
         c = max(16, width // 4)
-        self.blocks = nn.ModuleList([
-            _block(3, c, 1),  # (B, c, H, W)
-            _block(c, 2 * c, 2),  # (B, 2c, H/2, W/2)
-            _block(2 * c, 4 * c, 2),  # (B, 4c, H/4, W/4)
-        ])
+        self.blocks = nn.ModuleList(
+            [
+                _block(3, c, 1),  # (B, c, H, W)
+                _block(c, 2 * c, 2),  # (B, 2c, H/2, W/2)
+                _block(2 * c, 4 * c, 2),  # (B, 4c, H/4, W/4)
+            ]
+        )
         side = image_size // 4
         # position matters in the world, so the head sees the spatial map, not a global pool
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * c * side * side, width))

@@ -39,6 +39,4 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
 
 def projector(width: int, out_dim: int, hidden: int | None = None) -> nn.Sequential:
     hidden = hidden or 2 * width
-    return nn.Sequential(
-        nn.Linear(width, hidden), GlobalBatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out_dim)
-    )
+    return nn.Sequential(nn.Linear(width, hidden), GlobalBatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out_dim))

@@ -17,17 +17,31 @@ from .projector import projector
 class TextEncoder(nn.Module):
     """BERT encoder; embedding = mean of the last hidden state over tokens."""
 
-    def __init__(self, vocab_size: int, width: int, layers: int, heads: int, proj_dim: int, max_len: int,
-                 attention: str = "eager", special_ids: dict[str, int] | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        width: int,
+        layers: int,
+        heads: int,
+        proj_dim: int,
+        max_len: int,
+        attention: str = "eager",
+        special_ids: dict[str, int] | None = None,
+    ):
         super().__init__()
         sp = special_ids or {}
         self.bert = BertModel(
             BertConfig(
                 attn_implementation=attention,
-                vocab_size=vocab_size, hidden_size=width, num_hidden_layers=layers,
-                num_attention_heads=heads, intermediate_size=4 * width,
-                max_position_embeddings=max_len, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0, pad_token_id=sp.get("pad", 0),
+                vocab_size=vocab_size,
+                hidden_size=width,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                intermediate_size=4 * width,
+                max_position_embeddings=max_len,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+                pad_token_id=sp.get("pad", 0),
             ),
             add_pooling_layer=False,
         )
@@ -47,15 +61,31 @@ class TextEncoder(nn.Module):
 class CausalLM(nn.Module):
     """GPT-2 language model of the encoder's width and depth."""
 
-    def __init__(self, vocab_size: int, width: int, layers: int, heads: int, max_len: int, attention: str = "eager",
-                 special_ids: dict[str, int] | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        width: int,
+        layers: int,
+        heads: int,
+        max_len: int,
+        attention: str = "eager",
+        special_ids: dict[str, int] | None = None,
+    ):
         super().__init__()
         sp = special_ids or {}
         self.lm = GPT2LMHeadModel(
             GPT2Config(
                 attn_implementation=attention,
-                vocab_size=vocab_size, n_embd=width, n_layer=layers, n_head=heads, n_positions=max_len,
-                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=sp.get("cls", 2), eos_token_id=sp.get("sep", 3),
+                vocab_size=vocab_size,
+                n_embd=width,
+                n_layer=layers,
+                n_head=heads,
+                n_positions=max_len,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                bos_token_id=sp.get("cls", 2),
+                eos_token_id=sp.get("sep", 3),
                 pad_token_id=sp.get("pad", 0),
             )
         )

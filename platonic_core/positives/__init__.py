@@ -19,5 +19,12 @@ from .generate import ChatBackend, generate_corpus, generate_shard
 from .generator import Generator, generate_positives
 from .world_backend import WorldGenerator
 
-__all__ = ["ChatBackend", "Generator", "WorldGenerator", "generate_corpus", "generate_positives", "generate_shard",
-           "make_backend"]
+__all__ = [
+    "ChatBackend",
+    "Generator",
+    "WorldGenerator",
+    "generate_corpus",
+    "generate_positives",
+    "generate_shard",
+    "make_backend",
+]

@@ -42,30 +42,32 @@ TASKS = {"recap": "recaption", "paraphrase": "paraphrase"}
 DONE = "_DONE.json"
 
 # one row per requested generation, ok or failed: the provenance of every generated text
-GEN_SCHEMA = pa.schema([
-    ("shard", pa.string()),
-    ("image_id", pa.string()),
-    ("task", pa.string()),  # recap | paraphrase
-    ("index", pa.int64()),
-    ("text_id", pa.string()),
-    ("source_row", pa.int64()),  # the input row: the alt-text (paraphrase), the image's first text (recap)
-    ("status", pa.string()),  # ok | failed
-    ("reason", pa.string()),  # failed: timeout | http_<code> | refusal | empty_output | image_unavailable | error
-    ("text", pa.string()),
-    ("backend", pa.string()),
-    ("model", pa.string()),
-    ("revision", pa.string()),
-    ("prompt_sha256", pa.string()),
-    ("temperature", pa.float64()),
-    ("top_p", pa.float64()),
-    ("max_tokens", pa.int64()),
-    ("seed", pa.int64()),  # positives.seed
-    ("request_seed", pa.int64()),  # the per-request seed derived from it (sent to the backend)
-    ("generated_at", pa.timestamp("ms", tz="UTC")),
-    ("prompt_tokens", pa.int64()),
-    ("completion_tokens", pa.int64()),
-    ("seconds", pa.float64()),  # backend latency of this request (batch time / batch size in process)
-])
+GEN_SCHEMA = pa.schema(
+    [
+        ("shard", pa.string()),
+        ("image_id", pa.string()),
+        ("task", pa.string()),  # recap | paraphrase
+        ("index", pa.int64()),
+        ("text_id", pa.string()),
+        ("source_row", pa.int64()),  # the input row: the alt-text (paraphrase), the image's first text (recap)
+        ("status", pa.string()),  # ok | failed
+        ("reason", pa.string()),  # failed: timeout | http_<code> | refusal | empty_output | image_unavailable | error
+        ("text", pa.string()),
+        ("backend", pa.string()),
+        ("model", pa.string()),
+        ("revision", pa.string()),
+        ("prompt_sha256", pa.string()),
+        ("temperature", pa.float64()),
+        ("top_p", pa.float64()),
+        ("max_tokens", pa.int64()),
+        ("seed", pa.int64()),  # positives.seed
+        ("request_seed", pa.int64()),  # the per-request seed derived from it (sent to the backend)
+        ("generated_at", pa.timestamp("ms", tz="UTC")),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("seconds", pa.float64()),  # backend latency of this request (batch time / batch size in process)
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,7 @@ class ChatBackend(Protocol):
 
     name: str
 
-    def generate(self, task: str, jobs: Iterable[Job], batch_size: int) -> Iterator[list[tuple[Job, Completion]]]:
-        ...
+    def generate(self, task: str, jobs: Iterable[Job], batch_size: int) -> Iterator[list[tuple[Job, Completion]]]: ...
 
 
 ImageSource = Callable[[str], tuple[bytes, str]]  # image id -> (bytes, MIME type)
@@ -132,10 +133,15 @@ def data_url(data: bytes, mime: str) -> str:
 
 
 def recaption_messages(prompt: str, image: bytes, mime: str) -> list[dict]:
-    return [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": data_url(image, mime)}},
-        {"type": "text", "text": prompt},
-    ]}]
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": data_url(image, mime)}},
+                {"type": "text", "text": prompt},
+            ],
+        }
+    ]
 
 
 def paraphrase_messages(template: str, text: str) -> list[dict]:
@@ -154,10 +160,16 @@ def clean_output(text: str | None) -> str | None:
 def provenance(cfg: PositivesConfig, task: str, backend: str) -> dict:
     """What every row of `task` records about how it was made (GEN_SCHEMA columns)."""
     m = getattr(cfg.models, TASKS[task])
-    return {"backend": backend, "model": m.id, "revision": m.revision or "",
-            "prompt_sha256": sha256(getattr(cfg.prompts, TASKS[task])),
-            "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
-            "max_tokens": cfg.sampling.max_tokens, "seed": cfg.seed}
+    return {
+        "backend": backend,
+        "model": m.id,
+        "revision": m.revision or "",
+        "prompt_sha256": sha256(getattr(cfg.prompts, TASKS[task])),
+        "temperature": cfg.sampling.temperature,
+        "top_p": cfg.sampling.top_p,
+        "max_tokens": cfg.sampling.max_tokens,
+        "seed": cfg.seed,
+    }
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -182,7 +194,9 @@ def plan_requests(rows: list[dict], cfg: PositivesConfig) -> list[Request]:
     return out
 
 
-def _jobs(reqs: list[Request], cfg: PositivesConfig, images: ImageSource | None, failed: list[tuple[Request, str]]) -> Iterator[Job]:
+def _jobs(
+    reqs: list[Request], cfg: PositivesConfig, images: ImageSource | None, failed: list[tuple[Request, str]]
+) -> Iterator[Job]:
     for r in reqs:
         if r.task == "paraphrase":
             msgs = paraphrase_messages(cfg.prompts.paraphrase, r.text or "")
@@ -221,19 +235,39 @@ def _write_part(shard_dir: Path, rows: list[dict]) -> None:
 def _row(shard: str, r: Request, c: Completion, prov: dict, seed: int) -> dict:
     text = clean_output(c.text) if c.reason is None else None
     reason = c.reason if c.reason is not None else (None if text else "empty_output")
-    return {"shard": shard, "image_id": r.image_id, "task": r.task, "index": r.index, "text_id": r.text_id,
-            "source_row": r.source_row, "status": "failed" if reason else "ok", "reason": reason, "text": text,
-            **prov, "request_seed": seed, "generated_at": int(time.time() * 1000),
-            "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "seconds": c.seconds}
+    return {
+        "shard": shard,
+        "image_id": r.image_id,
+        "task": r.task,
+        "index": r.index,
+        "text_id": r.text_id,
+        "source_row": r.source_row,
+        "status": "failed" if reason else "ok",
+        "reason": reason,
+        "text": text,
+        **prov,
+        "request_seed": seed,
+        "generated_at": int(time.time() * 1000),
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "seconds": c.seconds,
+    }
 
 
 def shard_counts(shard_dir: Path) -> dict[str, int]:
     parts = sorted(shard_dir.glob("part-*.parquet"))
-    t = pa.concat_tables([pq.read_table(p, columns=["status", "completion_tokens"]) for p in parts]) if parts else \
-        GEN_SCHEMA.empty_table()
+    t = (
+        pa.concat_tables([pq.read_table(p, columns=["status", "completion_tokens"]) for p in parts])
+        if parts
+        else GEN_SCHEMA.empty_table()
+    )
     status = t["status"].to_pylist()
-    return {"requested": len(status), "generated": status.count("ok"), "failed": status.count("failed"),
-            "completion_tokens": int(sum(t["completion_tokens"].to_pylist()))}
+    return {
+        "requested": len(status),
+        "generated": status.count("ok"),
+        "failed": status.count("failed"),
+        "completion_tokens": int(sum(t["completion_tokens"].to_pylist())),
+    }
 
 
 @dataclass
@@ -248,9 +282,15 @@ class ShardRun:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-def generate_shard(shard: str, rows: list[dict], cfg: PositivesConfig, backend: ChatBackend, work: Path,
-                   images: ImageSource | None = None,
-                   on_batch: Callable[[str, int, int], None] | None = None) -> ShardRun:
+def generate_shard(
+    shard: str,
+    rows: list[dict],
+    cfg: PositivesConfig,
+    backend: ChatBackend,
+    work: Path,
+    images: ImageSource | None = None,
+    on_batch: Callable[[str, int, int], None] | None = None,
+) -> ShardRun:
     """One input shard -> part files under `work/<shard>/`, then its done marker.
 
     Pure in what it writes: a function of the shard's rows, the recipe and the backend's
@@ -282,8 +322,10 @@ def generate_shard(shard: str, rows: list[dict], cfg: PositivesConfig, backend: 
             if on_batch:
                 on_batch(shard, answered, len(todo))
         if failed:
-            _write_part(d, [_row(shard, r, Completion(None, reason), prov, request_seed(cfg.seed, r.key))
-                            for r, reason in failed])
+            _write_part(
+                d,
+                [_row(shard, r, Completion(None, reason), prov, request_seed(cfg.seed, r.key)) for r, reason in failed],
+            )
     seconds = time.perf_counter() - t0
     have = finished_keys(d)
     missing = {r.key for r in reqs} - have
@@ -318,28 +360,56 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
     g = sorted(gens.to_pylist(), key=lambda r: (r["shard"], order[r["task"]], r["image_id"], r["index"]))
     keys = [(r["image_id"], r["task"], r["index"]) for r in g]
     if len(set(keys)) != len(keys):
-        raise RuntimeError(f"positives: {len(keys) - len(set(keys))} duplicate (image_id, task, index) rows in the parts")
+        raise RuntimeError(
+            f"positives: {len(keys) - len(set(keys))} duplicate (image_id, task, index) rows in the parts"
+        )
     rows: list[dict] = []
     failures: list[dict] = []
     for r in g:
         uri = f"{r['task']}:{r['backend']}:{r['model']}"
         if r["status"] != "ok":
-            failures.append({"source_uri": uri, "source_row": r["source_row"], "field": "text", "reason": r["reason"],
-                             "raw": r["text_id"]})
+            failures.append(
+                {
+                    "source_uri": uri,
+                    "source_row": r["source_row"],
+                    "field": "text",
+                    "reason": r["reason"],
+                    "raw": r["text_id"],
+                }
+            )
             continue
-        params = {k: r[k] for k in ("revision", "prompt_sha256", "temperature", "top_p", "max_tokens", "seed",
-                                    "request_seed")}
+        params = {
+            k: r[k] for k in ("revision", "prompt_sha256", "temperature", "top_p", "max_tokens", "seed", "request_seed")
+        }
         params |= {"task": r["task"], "generated_at": r["generated_at"].isoformat()}
-        rows.append({"image_id": r["image_id"], "text_id": r["text_id"], "source_kind": r["task"], "text": r["text"],
-                     "source_uri": uri, "source_row": r["source_row"], "generator": r["backend"],
-                     "generator_model": r["model"], "generator_params": json.dumps(params, sort_keys=True)})
-    base = pa.concat_tables([t.select(TEXT_SCHEMA.names).cast(TEXT_SCHEMA) for t in inputs]) if inputs else \
-        TEXT_SCHEMA.empty_table()
+        rows.append(
+            {
+                "image_id": r["image_id"],
+                "text_id": r["text_id"],
+                "source_kind": r["task"],
+                "text": r["text"],
+                "source_uri": uri,
+                "source_row": r["source_row"],
+                "generator": r["backend"],
+                "generator_model": r["model"],
+                "generator_params": json.dumps(params, sort_keys=True),
+            }
+        )
+    base = (
+        pa.concat_tables([t.select(TEXT_SCHEMA.names).cast(TEXT_SCHEMA) for t in inputs])
+        if inputs
+        else TEXT_SCHEMA.empty_table()
+    )
     pq.write_table(pa.concat_tables([base, text_table(rows)]), out / "texts.parquet")
     pq.write_table(pa.Table.from_pylist(g, schema=GEN_SCHEMA), out / "generations.parquet")
     pq.write_table(pa.Table.from_pylist(failures, schema=QUARANTINE_SCHEMA), out / "failures.parquet")
-    counts = {"input_texts": base.num_rows, "requested": len(g), "generated": len(rows), "failed": len(failures),
-              "texts": base.num_rows + len(rows)}
+    counts = {
+        "input_texts": base.num_rows,
+        "requested": len(g),
+        "generated": len(rows),
+        "failed": len(failures),
+        "texts": base.num_rows + len(rows),
+    }
     assert counts["requested"] == counts["generated"] + counts["failed"], counts
     for r in failures:
         k = "failed_" + r["reason"].split(":")[0]
@@ -350,30 +420,42 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
 # ---- the whole corpus ------------------------------------------------------------------------
 
 
-def _shard_images(shard: str, cfg: PositivesConfig, images_for: Callable[[str], ImageSource | None] | None) -> ImageSource | None:
+def _shard_images(
+    shard: str, cfg: PositivesConfig, images_for: Callable[[str], ImageSource | None] | None
+) -> ImageSource | None:
     images = images_for(shard) if images_for is not None and cfg.recaptions else None
     if cfg.recaptions and images is None:
-        raise ValueError(f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
-                         "(images are located for the world and for webdataset corpora); set "
-                         "positives.recaptions=0 to paraphrase only")
+        raise ValueError(
+            f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
+            "(images are located for the world and for webdataset corpora); set "
+            "positives.recaptions=0 to paraphrase only"
+        )
     return images
 
 
-def generate_shard_with_own_backend(shard: str, path: Path, cfg: PositivesConfig, work: Path,
-                                    images_for: Callable[[str], ImageSource | None] | None) -> ShardRun:
+def generate_shard_with_own_backend(
+    shard: str, path: Path, cfg: PositivesConfig, work: Path, images_for: Callable[[str], ImageSource | None] | None
+) -> ShardRun:
     """`generate_shard` in a fan-out worker: it builds its own backend (an HTTP client, a
     model, a vLLM runner) from the recipe, since none of those travel between processes."""
     from .backends import make_backend
 
-    return generate_shard(shard, pq.read_table(path).to_pylist(), cfg, make_backend(cfg), work,
-                          _shard_images(shard, cfg, images_for))
+    return generate_shard(
+        shard, pq.read_table(path).to_pylist(), cfg, make_backend(cfg), work, _shard_images(shard, cfg, images_for)
+    )
 
 
-def generate_corpus(shards: list[tuple[str, Path]], cfg: PositivesConfig, backend: ChatBackend | None, work: Path, out: Path,
-                    images_for: Callable[[str], ImageSource | None] | None = None,
-                    progress: Callable[[ShardRun], None] | None = None,
-                    on_batch: Callable[[str, int, int], None] | None = None,
-                    mapper: Callable[[Callable, list[tuple]], list] | None = None) -> tuple[dict[str, int], dict]:
+def generate_corpus(
+    shards: list[tuple[str, Path]],
+    cfg: PositivesConfig,
+    backend: ChatBackend | None,
+    work: Path,
+    out: Path,
+    images_for: Callable[[str], ImageSource | None] | None = None,
+    progress: Callable[[ShardRun], None] | None = None,
+    on_batch: Callable[[str, int, int], None] | None = None,
+    mapper: Callable[[Callable, list[tuple]], list] | None = None,
+) -> tuple[dict[str, int], dict]:
     """Every input shard through `generate_shard` (finished shards skipped), then the
     stage's files (`assemble`). Returns (counts, stats); stats carry this run's throughput:
     generated texts and completion tokens per second of generation (shards finished by an
@@ -389,16 +471,25 @@ def generate_corpus(shards: list[tuple[str, Path]], cfg: PositivesConfig, backen
                 progress(r)
     else:
         for (shard, _), table in zip(shards, inputs, strict=True):
-            runs.append(generate_shard(shard, table.to_pylist(), cfg, backend, work,
-                                       _shard_images(shard, cfg, images_for), on_batch))
+            runs.append(
+                generate_shard(
+                    shard, table.to_pylist(), cfg, backend, work, _shard_images(shard, cfg, images_for), on_batch
+                )
+            )
             if progress:
                 progress(runs[-1])
     counts = assemble(inputs, read_generations(work, [s for s, _ in shards]), out)
-    counts |= {"shards": len(runs), "shards_skipped": sum(r.status == "done" for r in runs),
-               "resumed_rows": sum(r.resumed_from for r in runs)}
+    counts |= {
+        "shards": len(runs),
+        "shards_skipped": sum(r.status == "done" for r in runs),
+        "resumed_rows": sum(r.resumed_from for r in runs),
+    }
     seconds = sum(r.seconds for r in runs)
     new_rows, new_tokens = sum(r.new_rows for r in runs), sum(r.new_tokens for r in runs)
-    stats = {"generation_seconds": round(seconds, 3), "generated_this_run": new_rows,
-             "texts_per_s": round(new_rows / seconds, 3) if seconds > 0 else 0.0,
-             "tokens_per_s": round(new_tokens / seconds, 3) if seconds > 0 else 0.0}
+    stats = {
+        "generation_seconds": round(seconds, 3),
+        "generated_this_run": new_rows,
+        "texts_per_s": round(new_rows / seconds, 3) if seconds > 0 else 0.0,
+        "tokens_per_s": round(new_tokens / seconds, 3) if seconds > 0 else 0.0,
+    }
     return counts, stats

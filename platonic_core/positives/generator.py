@@ -31,7 +31,9 @@ class Generator(Protocol):
         """Provenance: prompt digest, sampling parameters, seed."""
 
 
-def generate_positives(corpus: Path, gen: Generator, cfg: PositivesConfig, out: Path, batch: int = 512) -> dict[str, int]:
+def generate_positives(
+    corpus: Path, gen: Generator, cfg: PositivesConfig, out: Path, batch: int = 512
+) -> dict[str, int]:
     """corpus (alt-texts) + generated recaptions/paraphrases -> texts.parquet.
 
     Failed generations go to failures.parquet with a reason; counts add up:
@@ -59,17 +61,37 @@ def generate_positives(corpus: Path, gen: Generator, cfg: PositivesConfig, out: 
             for k, (image_id, text) in enumerate(zip(ids, outs, strict=True)):
                 src_row = s + k
                 if text is None or not str(text).strip():
-                    failures.append({"source_uri": f"{task}:{gen.name}", "source_row": src_row, "field": "text",
-                                     "reason": "empty_output" if text is not None else "failed", "raw": image_id})
+                    failures.append(
+                        {
+                            "source_uri": f"{task}:{gen.name}",
+                            "source_row": src_row,
+                            "field": "text",
+                            "reason": "empty_output" if text is not None else "failed",
+                            "raw": image_id,
+                        }
+                    )
                     continue
-                rows.append({
-                    "image_id": image_id, "text_id": f"{image_id}:{task}:{index}", "source_kind": task,
-                    "text": " ".join(str(text).split()), "source_uri": f"{task}:{gen.name}", "source_row": src_row,
-                    "generator": gen.name, "generator_model": gen.model, "generator_params": params,
-                })
+                rows.append(
+                    {
+                        "image_id": image_id,
+                        "text_id": f"{image_id}:{task}:{index}",
+                        "source_kind": task,
+                        "text": " ".join(str(text).split()),
+                        "source_uri": f"{task}:{gen.name}",
+                        "source_row": src_row,
+                        "generator": gen.name,
+                        "generator_model": gen.model,
+                        "generator_params": params,
+                    }
+                )
     pq.write_table(text_table(rows), out / "texts.parquet")
     pq.write_table(pa.Table.from_pylist(failures, schema=QUARANTINE_SCHEMA), out / "failures.parquet")
-    counts = {"input_texts": len(src), "requested": requested, "generated": len(rows) - len(src),
-              "failed": len(failures), "texts": len(rows)}
+    counts = {
+        "input_texts": len(src),
+        "requested": requested,
+        "generated": len(rows) - len(src),
+        "failed": len(failures),
+        "texts": len(rows),
+    }
     assert counts["requested"] == counts["generated"] + counts["failed"], counts
     return counts

@@ -56,7 +56,9 @@ class WdsImages:
 
     def __call__(self, image_id: str) -> tuple[bytes, str]:
         r = self.where[image_id]  # KeyError: the sample had no image member
-        return self._read(self.uri, r["offset"], r["size"], r["member"]), MIME.get((r["ext"] or "").lower(), "image/jpeg")
+        return self._read(self.uri, r["offset"], r["size"], r["member"]), MIME.get(
+            (r["ext"] or "").lower(), "image/jpeg"
+        )
 
 
 def input_shards(ingest_dir: Path) -> list[tuple[str, Path]]:

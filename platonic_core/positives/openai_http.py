@@ -35,8 +35,10 @@ def parse_completion(data: dict) -> Completion:
     except (KeyError, IndexError, TypeError):
         return Completion(None, "bad_response")
     usage = data.get("usage") or {}
-    tokens = {"prompt_tokens": int(usage.get("prompt_tokens") or 0),
-              "completion_tokens": int(usage.get("completion_tokens") or 0)}
+    tokens = {
+        "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+        "completion_tokens": int(usage.get("completion_tokens") or 0),
+    }
     if msg.get("refusal") or choice.get("finish_reason") == "content_filter":
         return Completion(None, "refusal", **tokens)
     content = msg.get("content")
@@ -57,15 +59,22 @@ class OpenAIChatBackend:
 
     def _payload(self, task: str, job: Job) -> dict:
         s = self.cfg.sampling
-        return {"model": getattr(self.cfg.models, TASKS[task]).id, "messages": job.messages, "n": 1,
-                "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": job.seed}
+        return {
+            "model": getattr(self.cfg.models, TASKS[task]).id,
+            "messages": job.messages,
+            "n": 1,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": s.max_tokens,
+            "seed": job.seed,
+        }
 
     async def _one(self, client: httpx.AsyncClient, url: str, payload: dict, sem: asyncio.Semaphore) -> Completion:
         h = self.cfg.http
         reason = "error"
         t0 = time.perf_counter()
         for attempt in range(h.max_retries + 1):
-            wait = h.backoff_s * (2 ** attempt) * (0.5 + random.random())  # jitter: no thundering herd
+            wait = h.backoff_s * (2**attempt) * (0.5 + random.random())  # jitter: no thundering herd
             async with sem:  # the limit covers requests in flight, not backoff sleeps
                 self.attempts += 1
                 try:
@@ -84,7 +93,9 @@ class OpenAIChatBackend:
                         return c
                     reason = f"http_{resp.status_code}"
                     if resp.status_code < 500 and resp.status_code not in RETRY_STATUS:
-                        return Completion(None, reason, seconds=time.perf_counter() - t0)  # 400, 401, 404: retrying won't help
+                        return Completion(
+                            None, reason, seconds=time.perf_counter() - t0
+                        )  # 400, 401, 404: retrying won't help
                     retry_after = resp.headers.get("retry-after", "")
                     if retry_after.replace(".", "", 1).isdigit():
                         wait = max(wait, float(retry_after))
@@ -99,7 +110,9 @@ class OpenAIChatBackend:
     def generate(self, task: str, jobs: Iterable[Job], batch_size: int) -> Iterator[list[tuple[Job, Completion]]]:
         it = iter(jobs)
         loop = asyncio.new_event_loop()
-        limits = httpx.Limits(max_connections=self.cfg.http.concurrency, max_keepalive_connections=self.cfg.http.concurrency)
+        limits = httpx.Limits(
+            max_connections=self.cfg.http.concurrency, max_keepalive_connections=self.cfg.http.concurrency
+        )
         client = httpx.AsyncClient(headers=self.headers, limits=limits, transport=self.transport)
         sem = asyncio.Semaphore(self.cfg.http.concurrency)
         try:

@@ -127,8 +127,14 @@ class ChatModel:
         prompts = [self.processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m, _ in split]
         return self.processor(images=images, text=prompts, return_tensors="pt", padding=True)
 
-    def chat(self, conversations: list[list[dict]], temperature: float = 0.0, top_p: float = 1.0,
-             max_tokens: int = 64, seed: int = 0) -> list[Completion]:
+    def chat(
+        self,
+        conversations: list[list[dict]],
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 64,
+        seed: int = 0,
+    ) -> list[Completion]:
         import torch
 
         t0 = time.perf_counter()
@@ -149,8 +155,11 @@ class ChatModel:
         comps = []
         for b in range(new.shape[0]):
             ids = new[b].tolist()
-            if self.encoder_decoder and ids and ids[0] == gen_kw.get("decoder_start_token_id",
-                                                                       self.model.config.decoder_start_token_id):
+            if (
+                self.encoder_decoder
+                and ids
+                and ids[0] == gen_kw.get("decoder_start_token_id", self.model.config.decoder_start_token_id)
+            ):
                 ids = ids[1:]  # the decoder's start token is not generated text
             n = next((i for i, t in enumerate(ids) if t in stop), len(ids))
             prompt_tokens = 0 if self.encoder_decoder else int(inputs["attention_mask"][b].sum())

@@ -48,19 +48,37 @@ class VllmOfflineBackend:
                     pending[i] = Job(j.request, [], j.seed)  # keep the key, drop the image bytes
             if not pending:
                 return
-            (d / "config.json").write_text(json.dumps({
-                "model": m.id, "revision": m.revision, "trust_remote_code": self.cfg.trust_remote_code,
-                "seed": self.cfg.seed, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
-                "batch_size": batch_size, "llm_args": self.cfg.vllm_args}))
+            (d / "config.json").write_text(
+                json.dumps(
+                    {
+                        "model": m.id,
+                        "revision": m.revision,
+                        "trust_remote_code": self.cfg.trust_remote_code,
+                        "seed": self.cfg.seed,
+                        "temperature": s.temperature,
+                        "top_p": s.top_p,
+                        "max_tokens": s.max_tokens,
+                        "batch_size": batch_size,
+                        "llm_args": self.cfg.vllm_args,
+                    }
+                )
+            )
             res = d / "results.jsonl"
             res.touch()
             log = open(d / "runner.log", "w")
-            cmd = [*shlex.split(self.cfg.vllm_python), str(RUNNER), str(d / "requests.jsonl"), str(res),
-                   str(d / "config.json")]
+            cmd = [
+                *shlex.split(self.cfg.vllm_python),
+                str(RUNNER),
+                str(d / "requests.jsonl"),
+                str(res),
+                str(d / "config.json"),
+            ]
             try:
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
             except OSError as e:
-                raise RuntimeError(f"positives.vllm_python {self.cfg.vllm_python!r} could not be started: {e}") from None
+                raise RuntimeError(
+                    f"positives.vllm_python {self.cfg.vllm_python!r} could not be started: {e}"
+                ) from None
             try:
                 with open(res) as f:
                     buf = ""
@@ -70,7 +88,7 @@ class VllmOfflineBackend:
                         lines, _, buf = buf.rpartition("\n")
                         got = [json.loads(x) for x in lines.splitlines() if x.strip()]
                         for k in range(0, len(got), batch_size):
-                            yield [(pending.pop(r["i"]), self._completion(r)) for r in got[k:k + batch_size]]
+                            yield [(pending.pop(r["i"]), self._completion(r)) for r in got[k : k + batch_size]]
                         if not alive:
                             break
                         time.sleep(self.poll_s)
@@ -83,13 +101,20 @@ class VllmOfflineBackend:
                 self.info = json.loads((d / "results.jsonl.info").read_text())
             if proc.returncode != 0 or pending:
                 tail = (d / "runner.log").read_text()[-2000:]
-                raise RuntimeError(f"the vLLM runner ({' '.join(cmd[:1])}) exited with code {proc.returncode} and "
-                                   f"{len(pending)} requests unanswered; finished batches are kept. Its log ends:\n{tail}")
+                raise RuntimeError(
+                    f"the vLLM runner ({' '.join(cmd[:1])}) exited with code {proc.returncode} and "
+                    f"{len(pending)} requests unanswered; finished batches are kept. Its log ends:\n{tail}"
+                )
 
     @staticmethod
     def _completion(r: dict) -> Completion:
         if "error" in r:
             return Completion(None, f"error: {r['error']}"[:200])
         reason = "refusal" if r.get("finish_reason") == "content_filter" else None
-        return Completion(r.get("text") if reason is None else None, reason, int(r.get("prompt_tokens", 0)),
-                          int(r.get("completion_tokens", 0)), float(r.get("seconds", 0.0)))
+        return Completion(
+            r.get("text") if reason is None else None,
+            reason,
+            int(r.get("prompt_tokens", 0)),
+            int(r.get("completion_tokens", 0)),
+            float(r.get("seconds", 0.0)),
+        )

@@ -38,7 +38,10 @@ class WorldGenerator:
 
     def paraphrase(self, texts: list[str], image_ids: list[str], index: int) -> list[str | None]:
         # the image id only seeds the randomness; the words come from `text` alone
-        return [paraphrase(t, self.cfg, self._rng(i, STREAM_PARAPHRASE, index)) for t, i in zip(texts, image_ids, strict=True)]
+        return [
+            paraphrase(t, self.cfg, self._rng(i, STREAM_PARAPHRASE, index))
+            for t, i in zip(texts, image_ids, strict=True)
+        ]
 
     def params(self, task: str) -> dict:
         return {"task": task, "seed": self.seed, "synonyms": self.cfg.synonyms, "templates": self.cfg.templates}

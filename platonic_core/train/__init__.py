@@ -21,7 +21,28 @@ from .loop import (
 )
 from .sampler import Sampler, StreamSampler, make_sampler, mask_tokens
 
-__all__ = ["ImageData", "Sampler", "StreamSampler", "TextData", "compute_loss", "latest_checkpoint",
-           "load_text_data", "load_train_renders", "load_train_state", "lr_at", "main", "make_sampler",
-           "mask_tokens", "resolve_device", "run_train", "save_train_state", "slice_batch", "snapshot_steps",
-           "relay_metrics", "torchrun_command", "train_model", "train_under_torchrun", "use_bf16"]
+__all__ = [
+    "ImageData",
+    "Sampler",
+    "StreamSampler",
+    "TextData",
+    "compute_loss",
+    "latest_checkpoint",
+    "load_text_data",
+    "load_train_renders",
+    "load_train_state",
+    "lr_at",
+    "main",
+    "make_sampler",
+    "mask_tokens",
+    "resolve_device",
+    "run_train",
+    "save_train_state",
+    "slice_batch",
+    "snapshot_steps",
+    "relay_metrics",
+    "torchrun_command",
+    "train_model",
+    "train_under_torchrun",
+    "use_bf16",
+]

@@ -33,8 +33,15 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_train_state(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sampler, step: int,
-                     samples_seen: int, keep: int = 2) -> Path:
+def save_train_state(
+    folder: Path,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sampler,
+    step: int,
+    samples_seen: int,
+    keep: int = 2,
+) -> Path:
     """Write `folder/step_<n>/` atomically (a temporary folder renamed into place): weights
     and optimiser tensors as safetensors, optimiser scalars + RNG + sampler position as
     JSON. Keeps the newest `keep` checkpoints. Nothing here is pickled."""
@@ -47,8 +54,13 @@ def save_train_state(folder: Path, model: torch.nn.Module, opt: torch.optim.Opti
     tensors, meta = _flatten_optimizer(opt)
     tensors["rng.torch"] = torch.get_rng_state()
     save_file(tensors, str(tmp / "optimizer.safetensors"))
-    state = {"step": step, "samples_seen": samples_seen, "optimizer": meta, "data": sampler.state_dict(),
-             "rng": {"numpy": np.random.get_state()[1].tolist(), "numpy_pos": int(np.random.get_state()[2])}}
+    state = {
+        "step": step,
+        "samples_seen": samples_seen,
+        "optimizer": meta,
+        "data": sampler.state_dict(),
+        "rng": {"numpy": np.random.get_state()[1].tolist(), "numpy_pos": int(np.random.get_state()[2])},
+    }
     (tmp / "state.json").write_text(json.dumps(state))
     for f in tmp.iterdir():  # durable before the rename makes it visible
         with open(f, "rb") as fh:
@@ -76,5 +88,7 @@ def load_train_state(path: Path, model: torch.nn.Module, opt: torch.optim.Optimi
     torch.set_rng_state(tensors.pop("rng.torch"))
     opt.load_state_dict(_unflatten_optimizer(tensors, state["optimizer"]))
     sampler.load_state_dict(state["data"])
-    np.random.set_state(("MT19937", np.array(state["rng"]["numpy"], dtype=np.uint32), state["rng"]["numpy_pos"], 0, 0.0))
+    np.random.set_state(
+        ("MT19937", np.array(state["rng"]["numpy"], dtype=np.uint32), state["rng"]["numpy_pos"], 0, 0.0)
+    )
     return state

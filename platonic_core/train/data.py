@@ -32,7 +32,9 @@ class ImageData:
     renders: np.ndarray  # uint8 (n_scenes, R, H, W, 3)
 
 
-def load_text_data(views_dir: Path, cfg: ModelConfig, specials: dict[str, int] | None = None) -> tuple[TextData, object, int]:
+def load_text_data(
+    views_dir: Path, cfg: ModelConfig, specials: dict[str, int] | None = None
+) -> tuple[TextData, object, int]:
     """Tokenised training texts for `cfg.views` from a views artifact."""
     tok = load_tokenizer(views_dir / "tokenizer.json")
     max_len = json.loads((views_dir / "meta.json").read_text())["max_len"]

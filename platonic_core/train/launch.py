@@ -29,13 +29,34 @@ if TYPE_CHECKING:
     from ..config import ModelConfig
 
 
-def torchrun_command(recipe: Path, model: str, input_dir: Path, out: Path, nproc: int,
-                     checkpoints: Path | None = None, metrics: Path | None = None,
-                     overrides: list[str] | None = None) -> list[str]:
+def torchrun_command(
+    recipe: Path,
+    model: str,
+    input_dir: Path,
+    out: Path,
+    nproc: int,
+    checkpoints: Path | None = None,
+    metrics: Path | None = None,
+    overrides: list[str] | None = None,
+) -> list[str]:
     """The command a stage (or a cluster launcher) runs for `nproc` local processes."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "platonic.core.train", "--recipe", str(recipe), "--model", model, "--input", str(input_dir),
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "platonic.core.train",
+        "--recipe",
+        str(recipe),
+        "--model",
+        model,
+        "--input",
+        str(input_dir),
+        "--out",
+        str(out),
+    ]
     if checkpoints is not None:
         cmd += ["--checkpoints", str(checkpoints)]
     if metrics is not None:
@@ -61,14 +82,23 @@ def relay_metrics(path: Path, offset: int, on_log: Callable[[int, dict], None]) 
     return offset + end
 
 
-def train_under_torchrun(seed: int, threads: int, model: str, mcfg: ModelConfig, input_dir: Path, out: Path,
-                         state: Path, on_log: Callable[[int, dict], None]) -> dict:
+def train_under_torchrun(
+    seed: int,
+    threads: int,
+    model: str,
+    mcfg: ModelConfig,
+    input_dir: Path,
+    out: Path,
+    state: Path,
+    on_log: Callable[[int, dict], None],
+) -> dict:
     """Train under `torchrun --nproc-per-node mcfg.nproc` (the entry point a cluster runs);
     returns the trainer's summary. Resumes from the checkpoints in `state`."""
     state.mkdir(parents=True, exist_ok=True)
     job = state / "job.json"
-    job.write_text(json.dumps({"seed": seed, "threads": threads, "model": model,
-                               "config": mcfg.model_dump(mode="json")}, indent=1))
+    job.write_text(
+        json.dumps({"seed": seed, "threads": threads, "model": model, "config": mcfg.model_dump(mode="json")}, indent=1)
+    )
     metrics = state / "metrics.jsonl"
     metrics.unlink(missing_ok=True)  # a resumed run re-logs from its checkpoint's step on
     cmd = torchrun_command(job, model, input_dir, out, mcfg.nproc, checkpoints=state, metrics=metrics)
@@ -130,8 +160,17 @@ def main(argv: list[str] | None = None) -> int:
                 log.write(json.dumps({"step": step, **metrics}) + "\n")
                 log.flush()
 
-        summary = run_train(mcfg, seed, a.input, a.out, on_log=on_log, desc=f"train:{a.model}",
-                            state_dir=a.checkpoints, show_progress=False, log_every=1)
+        summary = run_train(
+            mcfg,
+            seed,
+            a.input,
+            a.out,
+            on_log=on_log,
+            desc=f"train:{a.model}",
+            state_dir=a.checkpoints,
+            show_progress=False,
+            log_every=1,
+        )
         if rank == 0:
             (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
         if log is not None:

@@ -78,8 +78,14 @@ def slice_batch(batch: dict, part: int, parts: int) -> dict:
     return out
 
 
-def compute_loss(cfg: ModelConfig, model: torch.nn.Module, batch: dict, sigreg: SIGReg | None, step: int,
-                 ntp_tokens: float | None = None):
+def compute_loss(
+    cfg: ModelConfig,
+    model: torch.nn.Module,
+    batch: dict,
+    sigreg: SIGReg | None,
+    step: int,
+    ntp_tokens: float | None = None,
+):
     """(loss, {terms}). `ntp_tokens`: the next-token targets of the whole optimiser step
     (all processes, all micro-batches) divided by the world size; the loss is then this
     micro-batch's summed cross-entropy over it, so DDP's mean of gradients over processes
@@ -156,8 +162,9 @@ def train_model(
     every = cfg.checkpoint_every
     rank, world = rank_world()
     if cfg.batch_size % (world * accum):
-        raise ValueError(f"batch_size {cfg.batch_size} (global) is not divisible by {world} processes x "
-                         f"grad_accum {accum}")
+        raise ValueError(
+            f"batch_size {cfg.batch_size} (global) is not divisible by {world} processes x grad_accum {accum}"
+        )
     device = resolve_device(cfg)
     bf16 = use_bf16(cfg, device)
     snaps = set(snapshot_steps(steps, cfg.snapshots)) - {steps}
@@ -168,7 +175,8 @@ def train_model(
     no_decay = [p for n_, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.optim.lr, fused=device.type == "cuda" or None,
+        lr=cfg.optim.lr,
+        fused=device.type == "cuda" or None,
     )
     sigreg = SIGReg(cfg.slices, seed=seed).to(device) if cfg.kind in ("text_jepa", "image_jepa") else None
     start = 0
@@ -178,7 +186,9 @@ def train_model(
     net: torch.nn.Module = model
     if world > 1:
         # the projector's BatchNorm already normalises over the global batch (GlobalBatchNorm1d)
-        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+        net = torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None
+        )
     if cfg.compile:
         net = torch.compile(net)
     global_batch = getattr(sampler, "global_batch", True)
@@ -188,8 +198,14 @@ def train_model(
     terms: dict[str, float] = {}
     t0 = time.perf_counter()
     t_log, samples_log, tokens_log = t0, start * cfg.batch_size, 0
-    bar = tqdm(range(start, steps), desc=desc, unit="step", disable=not show_progress or rank != 0, leave=False,
-               mininterval=0.5)
+    bar = tqdm(
+        range(start, steps),
+        desc=desc,
+        unit="step",
+        disable=not show_progress or rank != 0,
+        leave=False,
+        mininterval=0.5,
+    )
     for step in bar:
         lr = lr_at(step, steps, cfg.optim)
         for g in opt.param_groups:
@@ -262,8 +278,17 @@ def train_model(
     }
 
 
-def run_train(cfg: ModelConfig, seed: int, input_dir: Path, out: Path, on_log=None, desc: str = "train",
-              state_dir: Path | None = None, show_progress: bool = True, log_every: int = 10) -> dict:
+def run_train(
+    cfg: ModelConfig,
+    seed: int,
+    input_dir: Path,
+    out: Path,
+    on_log=None,
+    desc: str = "train",
+    state_dir: Path | None = None,
+    show_progress: bool = True,
+    log_every: int = 10,
+) -> dict:
     """Train one model from its input artifact (views or world); write a safetensors
     checkpoint (rank 0). `state_dir`: resumable training state (see `train_model`)."""
     rank, world = rank_world()
@@ -292,8 +317,18 @@ def run_train(cfg: ModelConfig, seed: int, input_dir: Path, out: Path, on_log=No
         (out / "snapshots").mkdir(exist_ok=True)
         save_model(m, str(out / "snapshots" / f"step_{steps_done:06d}.safetensors"))
 
-    summary = train_model(cfg, model, sampler, seed, on_log=on_log, desc=desc, on_snapshot=on_snapshot,
-                          state_dir=state_dir, show_progress=show_progress, log_every=log_every)
+    summary = train_model(
+        cfg,
+        model,
+        sampler,
+        seed,
+        on_log=on_log,
+        desc=desc,
+        on_snapshot=on_snapshot,
+        state_dir=state_dir,
+        show_progress=show_progress,
+        log_every=log_every,
+    )
     if rank == 0:
         save_checkpoint(model.cpu(), build_args, out)
     summary["parameters"] = sum(p.numel() for p in model.parameters())

@@ -24,8 +24,9 @@ def _trim(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return ids[..., :t], mask[..., :t]
 
 
-def mask_tokens(ids: torch.Tensor, rate: float, span: int, gen: torch.Generator,
-                specials: dict[str, int] | None = None) -> torch.Tensor:
+def mask_tokens(
+    ids: torch.Tensor, rate: float, span: int, gen: torch.Generator, specials: dict[str, int] | None = None
+) -> torch.Tensor:
     """A corrupted copy of `ids`: spans of `span` tokens starting with probability
     rate/span are replaced by [MASK]; specials and padding are never masked. `specials`:
     the tokenizer's ids (`tokenizer.special_ids`) when not the built-in layout."""
@@ -57,7 +58,9 @@ class Sampler:
         self.gen.set_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
-def make_sampler(cfg: ModelConfig, data: TextData | ImageData, seed: int, specials: dict[str, int] | None = None) -> Sampler:
+def make_sampler(
+    cfg: ModelConfig, data: TextData | ImageData, seed: int, specials: dict[str, int] | None = None
+) -> Sampler:
     """The in-memory batch stream (global batches), fixed by `seed`."""
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -121,8 +124,17 @@ class StreamSampler:
 
     global_batch = False
 
-    def __init__(self, cfg: ModelConfig, views_dir: Path, seed: int, tok, max_len: int, specials: dict[str, int],
-                 rank: int = 0, world: int = 1):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        views_dir: Path,
+        seed: int,
+        tok,
+        max_len: int,
+        specials: dict[str, int],
+        rank: int = 0,
+        world: int = 1,
+    ):
         self.cfg, self.seed, self.tok, self.max_len, self.specials = cfg, seed, tok, max_len, specials
         self.rank, self.world = rank, world
         self.n = cfg.batch_size // world
@@ -132,8 +144,10 @@ class StreamSampler:
         meta = self.file.metadata
         self.sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         if len(self.sizes) < world:
-            raise ValueError(f"{name} has {len(self.sizes)} row groups for {world} processes; write the views with "
-                             "a smaller views.row_group_rows")
+            raise ValueError(
+                f"{name} has {len(self.sizes)} row groups for {world} processes; write the views with "
+                "a smaller views.row_group_rows"
+            )
         self.epoch, self.pos, self.draws = 0, 0, 0
         self._cache: tuple[int, int, list, np.ndarray, list] | None = None
         self._check()
@@ -142,8 +156,9 @@ class StreamSampler:
         if self.cfg.views == "good" and self.sizes[0]:
             first = self.file.read_row_group(0, columns=[self.column])[self.column].to_pylist()
             if min(len(g) for g in first) < self.v:
-                raise ValueError(f"good views hold {min(len(g) for g in first)} texts per image, fewer than "
-                                 f"n_views = {self.v}")
+                raise ValueError(
+                    f"good views hold {min(len(g) for g in first)} texts per image, fewer than n_views = {self.v}"
+                )
         if sum(self._groups(0)[1]) < self.n:
             raise ValueError(f"process {self.rank} has fewer rows than its batch {self.n}")
 
@@ -157,7 +172,9 @@ class StreamSampler:
             rows = self.file.read_row_group(g, columns=[self.column])[self.column].to_pylist()
             rng = np.random.default_rng([self.seed, epoch, g])
             perm = rng.permutation(len(rows))
-            picks = [rng.choice(len(rows[i]), size=self.v, replace=False) for i in perm] if self.cfg.views == "good" else []
+            picks = (
+                [rng.choice(len(rows[i]), size=self.v, replace=False) for i in perm] if self.cfg.views == "good" else []
+            )
             self._cache = (epoch, k, rows, perm, picks)
         return self._cache[2:]
 
@@ -191,9 +208,12 @@ class StreamSampler:
         ids, mask = encode(self.tok, rows, self.max_len, self.specials)  # (N, T)
         if self.cfg.views == "text":
             return {"input_ids": ids, "attention_mask": mask}
-        gen = torch.Generator().manual_seed(int(np.random.default_rng([self.seed, epoch, pos, self.rank]).integers(2**62)))
-        views = torch.stack([mask_tokens(ids, self.cfg.mask_rate, self.cfg.mask_span, gen, self.specials)
-                             for _ in range(self.v)])
+        gen = torch.Generator().manual_seed(
+            int(np.random.default_rng([self.seed, epoch, pos, self.rank]).integers(2**62))
+        )
+        views = torch.stack(
+            [mask_tokens(ids, self.cfg.mask_rate, self.cfg.mask_span, gen, self.specials) for _ in range(self.v)]
+        )
         return {"input_ids": views, "attention_mask": mask.expand(self.v, -1, -1)}  # (V, N, T)
 
     def state_dict(self) -> dict:

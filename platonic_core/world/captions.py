@@ -53,7 +53,11 @@ BACKGROUND_WORDS = {
 }
 # position phrases for a 3x3 grid, 4 wordings each; a 2x2 grid uses the corners
 _ROWS = [["top", "upper", "top", "high"], ["middle", "central", "mid", "centre"], ["bottom", "lower", "bottom", "low"]]
-_COLS = [["left", "left", "left-hand", "west"], ["middle", "central", "mid", "centre"], ["right", "right", "right-hand", "east"]]
+_COLS = [
+    ["left", "left", "left-hand", "west"],
+    ["middle", "central", "mid", "centre"],
+    ["right", "right", "right-hand", "east"],
+]
 
 
 def position_phrase(cell: int, grid: int, variant: int) -> str:
@@ -85,8 +89,16 @@ SENTENCE_TEMPLATES = [
     "there is {objs} against a {bg} backdrop.",
 ]
 ALT_JUNK = [
-    "stock photo", "img_{n}.jpg", "free download", "hd wallpaper", "clipart", "buy now",
-    "vector illustration", "dsc{n}", "best price", "icon set",
+    "stock photo",
+    "img_{n}.jpg",
+    "free download",
+    "hd wallpaper",
+    "clipart",
+    "buy now",
+    "vector illustration",
+    "dsc{n}",
+    "best price",
+    "icon set",
 ]
 
 

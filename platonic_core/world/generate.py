@@ -62,10 +62,15 @@ def generate_world(cfg: WorldConfig, out: Path, progress=None) -> dict[str, int]
             eval_rows.append((sid, recaption(scene, cfg, scene_rng(cfg.seed, i, STREAM_EVAL_CAPTION))))
     leaked = leak_eval_captions(alt_rows, eval_rows, cfg)
     pq.write_table(
-        pa.table({
-            "scene_id": ids, "split": splits, "objects": objs_json,
-            "background": pa.array(backgrounds, pa.int8()), "render_row": pa.array(range(n), pa.int32()),
-        }),
+        pa.table(
+            {
+                "scene_id": ids,
+                "split": splits,
+                "objects": objs_json,
+                "background": pa.array(backgrounds, pa.int8()),
+                "render_row": pa.array(range(n), pa.int32()),
+            }
+        ),
         out / "scenes.parquet",
     )
     np.save(out / "renders.npy", renders)
@@ -74,8 +79,13 @@ def generate_world(cfg: WorldConfig, out: Path, progress=None) -> dict[str, int]
             pa.table({"scene_id": [r[0] for r in rows], "text": [r[1] for r in rows]}),
             out / f"{name}.parquet",
         )
-    return {"scenes": n, "train_scenes": cfg.n_train, "eval_scenes": cfg.n_eval,
-            "renders": n * cfg.renders_per_scene, "eval_captions_leaked": leaked}
+    return {
+        "scenes": n,
+        "train_scenes": cfg.n_train,
+        "eval_scenes": cfg.n_eval,
+        "renders": n * cfg.renders_per_scene,
+        "eval_captions_leaked": leaked,
+    }
 
 
 def _web_variant(text: str, rng: np.random.Generator) -> str:

@@ -73,12 +73,14 @@ def sample_scene(rng: np.random.Generator, cfg: WorldConfig, laws: WorldLaws) ->
     objs = []
     for c in sorted(cells):
         shape = int(rng.choice(cfg.n_shapes, p=laws.theme_shape[theme]))
-        objs.append(SceneObject(
-            shape=shape,
-            colour=int(rng.choice(cfg.n_colours, p=laws.shape_colour[shape])),
-            size=int(rng.choice(cfg.n_sizes, p=laws.shape_size[shape])),
-            cell=int(c),
-        ))
+        objs.append(
+            SceneObject(
+                shape=shape,
+                colour=int(rng.choice(cfg.n_colours, p=laws.shape_colour[shape])),
+                size=int(rng.choice(cfg.n_sizes, p=laws.shape_size[shape])),
+                cell=int(c),
+            )
+        )
     background = int(rng.choice(len(BACKGROUNDS), p=laws.theme_background[theme]))
     return Scene(objects=tuple(objs), background=background)
 

@@ -25,15 +25,15 @@ JSON parser), `registry` (`ingest.source` -> reader).
 """
 
 from .base import (
-           MISMATCH,
-           REASON,
-           REASON_FIELD,
-           Batch,
-           Reader,
-           Shard,
-           ShardError,
-           SourceError,
-           TextField,
+    MISMATCH,
+    REASON,
+    REASON_FIELD,
+    Batch,
+    Reader,
+    Shard,
+    ShardError,
+    SourceError,
+    TextField,
 )
 from .coco import CocoReader, karpathy_image_id
 from .jsonl import JsonlReader
@@ -43,6 +43,27 @@ from .registry import READERS, reader_for
 from .sources import open_binary, resolve_sources
 from .wds import IMAGE_SCHEMA, WdsReader, read_image_member
 
-__all__ = ["Batch", "CocoReader", "IMAGE_SCHEMA", "JsonStream", "JsonlReader", "MISMATCH", "READERS", "REASON",
-           "REASON_FIELD", "RecapReader", "Reader", "Shard", "ShardError", "SourceError", "TextField", "WdsReader",
-           "json_items", "karpathy_image_id", "open_binary", "reader_for", "read_image_member", "resolve_sources"]
+__all__ = [
+    "Batch",
+    "CocoReader",
+    "IMAGE_SCHEMA",
+    "JsonStream",
+    "JsonlReader",
+    "MISMATCH",
+    "READERS",
+    "REASON",
+    "REASON_FIELD",
+    "RecapReader",
+    "Reader",
+    "Shard",
+    "ShardError",
+    "SourceError",
+    "TextField",
+    "WdsReader",
+    "json_items",
+    "karpathy_image_id",
+    "open_binary",
+    "reader_for",
+    "read_image_member",
+    "resolve_sources",
+]

@@ -95,11 +95,16 @@ class Reader:
 
     def describe(self) -> dict:
         """What the reader does, for the shard cache key: same description, same output."""
-        return {"format": self.format, "fields": [f.__dict__ for f in self.fields],
-                "id_column": getattr(self, "id_column", None)}
+        return {
+            "format": self.format,
+            "fields": [f.__dict__ for f in self.fields],
+            "id_column": getattr(self, "id_column", None),
+        }
 
 
-def mapped_fields(text_columns: dict[str, str], index_column: str | None, optional: set[str] = frozenset()) -> list[TextField]:
+def mapped_fields(
+    text_columns: dict[str, str], index_column: str | None, optional: set[str] = frozenset()
+) -> list[TextField]:
     """column -> kind mapping as fields; the n-th column of a kind has index n."""
     seen: dict[str, int] = {}
     out = []

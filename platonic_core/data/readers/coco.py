@@ -46,15 +46,20 @@ class CocoReader(Reader):
         elif "images" in keys:
             yield from self._karpathy(shard)
         else:
-            raise ShardError(f"{shard.uri}: neither Karpathy ('images[].sentences') nor COCO captions "
-                             f"('annotations') layout; top-level keys {sorted(keys)}")
+            raise ShardError(
+                f"{shard.uri}: neither Karpathy ('images[].sentences') nor COCO captions "
+                f"('annotations') layout; top-level keys {sorted(keys)}"
+            )
 
     def _emit(self, buf: dict[str, list], row0: int) -> Batch:
         texts, bad = as_text(buf.pop("caption"))
         n = len(texts)
-        cols = {"image_id": pa.array(buf.pop("image_id"), pa.string()),
-                "source_row": pa.array(range(row0, row0 + n), pa.int64()),
-                "caption": texts, MISMATCH + "caption": bad}
+        cols = {
+            "image_id": pa.array(buf.pop("image_id"), pa.string()),
+            "source_row": pa.array(range(row0, row0 + n), pa.int64()),
+            "caption": texts,
+            MISMATCH + "caption": bad,
+        }
         unknown = buf.pop("__unknown_image")
         cols[REASON] = pa.array(["unknown_image" if u else None for u in unknown], pa.string())
         cols[REASON_FIELD] = pa.array(["image_id" if u else None for u in unknown], pa.string())
@@ -95,11 +100,16 @@ class CocoReader(Reader):
                     caption, caption_id = sent.get("raw"), str(sent.get("sentid", s))
                 else:
                     caption, caption_id = sent, str(s)
-                yield {"image_id": iid, "caption": caption, "caption_id": caption_id,
-                       "filepath": str_or_none(im.get("filepath")), "filename": str_or_none(im.get("filename")),
-                       "split": str_or_none(im.get("split")),
-                       "json_path": f"images[{r}].sentences[{s}]" if s is not None else f"images[{r}]",
-                       "__unknown_image": False}
+                yield {
+                    "image_id": iid,
+                    "caption": caption,
+                    "caption_id": caption_id,
+                    "filepath": str_or_none(im.get("filepath")),
+                    "filename": str_or_none(im.get("filename")),
+                    "split": str_or_none(im.get("split")),
+                    "json_path": f"images[{r}].sentences[{s}]" if s is not None else f"images[{r}]",
+                    "__unknown_image": False,
+                }
 
     def _coco(self, shard: Shard) -> Iterator[Batch]:
         files: dict[str, str | None] = {}
@@ -111,8 +121,13 @@ class CocoReader(Reader):
             for r, (_k, a) in enumerate(json_items(shard.uri, {"annotations"})):  # pass 2: streamed
                 a = a if isinstance(a, dict) else {}
                 iid = str_or_none(a.get("image_id"))
-                yield {"image_id": iid, "caption": a.get("caption"), "caption_id": str_or_none(a.get("id")) or str(r),
-                       "file_name": files.get(iid) if iid else None, "json_path": f"annotations[{r}]",
-                       "__unknown_image": iid is not None and iid not in files}
+                yield {
+                    "image_id": iid,
+                    "caption": a.get("caption"),
+                    "caption_id": str_or_none(a.get("id")) or str(r),
+                    "file_name": files.get(iid) if iid else None,
+                    "json_path": f"annotations[{r}]",
+                    "__unknown_image": iid is not None and iid not in files,
+                }
 
         return self._batches(rows(), ("image_id", "caption", "caption_id", "file_name", "json_path", "__unknown_image"))

@@ -107,9 +107,11 @@ class JsonlReader(Reader):
             v = rec.get(self.id_column) if rec else None
             ids.append(None if v is None or isinstance(v, (dict, list)) else str(v))
             bad_ids.append(rec is None or isinstance(v, (dict, list)))
-        cols: dict[str, pa.Array] = {"image_id": pa.array(ids, pa.string()),
-                                     MISMATCH + "image_id": pa.array(bad_ids, pa.bool_()),
-                                     "source_row": pa.array(range(row0, row0 + n), pa.int64())}
+        cols: dict[str, pa.Array] = {
+            "image_id": pa.array(ids, pa.string()),
+            MISMATCH + "image_id": pa.array(bad_ids, pa.bool_()),
+            "source_row": pa.array(range(row0, row0 + n), pa.int64()),
+        }
         for c in self.text_columns:
             vals = [rec.get(c) if rec else raw for rec, raw in recs]
             texts, bad = as_text(vals)
@@ -117,5 +119,6 @@ class JsonlReader(Reader):
             cols[MISMATCH + c] = pc.or_(bad, pa.array([rec is None for rec, _ in recs]))
         if self.cfg.index_column:
             cols[self.cfg.index_column] = pa.array(
-                [str_or_none(rec.get(self.cfg.index_column)) if rec else None for rec, _ in recs], pa.string())
+                [str_or_none(rec.get(self.cfg.index_column)) if rec else None for rec, _ in recs], pa.string()
+            )
         return Batch(pa.table(cols))

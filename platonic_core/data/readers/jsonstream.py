@@ -29,10 +29,10 @@ class JsonStream:
         b = self.fh.read(self.chunk)
         if not b:
             self.eof = True
-            self.buf = self.buf[self.pos:] + self.dec.decode(b"", final=True)
+            self.buf = self.buf[self.pos :] + self.dec.decode(b"", final=True)
             self.pos = 0
             return False
-        self.buf = self.buf[self.pos:] + self.dec.decode(b)
+        self.buf = self.buf[self.pos :] + self.dec.decode(b)
         self.pos = 0
         return True
 

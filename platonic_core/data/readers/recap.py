@@ -48,7 +48,11 @@ class RecapReader(Reader):
                 cols: dict[str, pa.Array] = {}
                 if self.id_column in names:
                     ids = rb.column(self.id_column)
-                    if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type) or pa.types.is_integer(ids.type):
+                    if (
+                        pa.types.is_string(ids.type)
+                        or pa.types.is_large_string(ids.type)
+                        or pa.types.is_integer(ids.type)
+                    ):
                         cols["image_id"] = ids.cast(pa.string())
                     else:
                         cols["image_id"] = pa.nulls(n, pa.string())
@@ -70,7 +74,9 @@ class RecapReader(Reader):
                         try:
                             v = v.cast(pa.string())
                         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                            v = pa.array([None if x is None else json.dumps(x, default=str) for x in v.to_pylist()], pa.string())
+                            v = pa.array(
+                                [None if x is None else json.dumps(x, default=str) for x in v.to_pylist()], pa.string()
+                            )
                         cols[MISMATCH + f.column] = pc.is_valid(v)
                     cols[f.column] = v
                 text_cols = {f.column for f in self.fields}

@@ -71,13 +71,16 @@ def _hub_snapshot(spec: str, revision: str | None, patterns: list[str]) -> Path:
     try:
         return Path(snapshot_download(repo, repo_type="dataset", revision=rev or revision, allow_patterns=patterns))
     except Exception as e:  # offline, not found, gated: one line that names the repo
-        raise SourceError(f"{spec}: cannot fetch from the Hugging Face hub "
-                          f"(revision {rev or revision or 'main'}, allow_patterns {patterns}): "
-                          f"{type(e).__name__}: {e}") from None
+        raise SourceError(
+            f"{spec}: cannot fetch from the Hugging Face hub "
+            f"(revision {rev or revision or 'main'}, allow_patterns {patterns}): "
+            f"{type(e).__name__}: {e}"
+        ) from None
 
 
-def resolve_sources(paths: list[str], fmt: str, revision: str | None = None,
-                    allow_patterns: list[str] | None = None) -> list[Shard]:
+def resolve_sources(
+    paths: list[str], fmt: str, revision: str | None = None, allow_patterns: list[str] | None = None
+) -> list[Shard]:
     """Every shard the sources name, in a stable order, with ids and content digests.
 
     A folder contributes its files with the format's extensions (recursively), a glob its
@@ -89,7 +92,9 @@ def resolve_sources(paths: list[str], fmt: str, revision: str | None = None,
     exts = EXTENSIONS[fmt]
 
     def want(rel: str) -> bool:
-        return rel.lower().endswith(exts) and (not allow_patterns or any(fnmatch.fnmatch(rel, p) for p in allow_patterns))
+        return rel.lower().endswith(exts) and (
+            not allow_patterns or any(fnmatch.fnmatch(rel, p) for p in allow_patterns)
+        )
 
     uris: list[str] = []
     for src in paths:
@@ -101,7 +106,7 @@ def resolve_sources(paths: list[str], fmt: str, revision: str | None = None,
             if any(c in path for c in "*?["):
                 found = sorted(fs.glob(path))
             elif fs.isdir(path):
-                found = sorted(p for p in fs.find(path) if want(p[len(path.rstrip("/")) + 1:]))
+                found = sorted(p for p in fs.find(path) if want(p[len(path.rstrip("/")) + 1 :]))
             elif fs.exists(path):
                 found = [path]
             else:
@@ -118,8 +123,10 @@ def resolve_sources(paths: list[str], fmt: str, revision: str | None = None,
             else:
                 raise SourceError(f"{src}: no such file or folder")
         if not found:
-            raise SourceError(f"{src}: no {fmt} shards ({'/'.join(exts)} files"
-                              f"{' matching ' + str(allow_patterns) if allow_patterns else ''})")
+            raise SourceError(
+                f"{src}: no {fmt} shards ({'/'.join(exts)} files"
+                f"{' matching ' + str(allow_patterns) if allow_patterns else ''})"
+            )
         uris.extend(u for u in found if u not in uris)
     shards, taken = [], set()
     for u in uris:

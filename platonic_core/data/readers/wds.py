@@ -27,8 +27,16 @@ if TYPE_CHECKING:
     from ...config import IngestConfig
 
 IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"}
-IMAGE_SCHEMA = pa.schema([("image_id", pa.string()), ("tar", pa.string()), ("member", pa.string()),
-                          ("offset", pa.int64()), ("size", pa.int64()), ("ext", pa.string())])
+IMAGE_SCHEMA = pa.schema(
+    [
+        ("image_id", pa.string()),
+        ("tar", pa.string()),
+        ("member", pa.string()),
+        ("offset", pa.int64()),
+        ("size", pa.int64()),
+        ("ext", pa.string()),
+    ]
+)
 
 
 class WdsReader(Reader):
@@ -51,7 +59,8 @@ class WdsReader(Reader):
         ids, img_rows = [], []
         tar_name = shard.uri.rstrip("/").rsplit("/", 1)[-1]  # the file, not where it lives (shards maps it)
         json_cols = {c for c in self.text_columns if c.startswith("json.")} | (
-            {self.cfg.index_column} if self.cfg.index_column else set())
+            {self.cfg.index_column} if self.cfg.index_column else set()
+        )
         texts: dict[str, list] = {c: [] for c in self.text_columns}
         bad: dict[str, list] = {c: [] for c in self.text_columns}
         extra: dict[str, list] = {c: [] for c in json_cols if c not in texts}
@@ -90,8 +99,10 @@ class WdsReader(Reader):
             for ext, loc in parts.items():
                 if ext.startswith("@"):
                     img_rows.append((image_id, tar_name, loc[0], loc[1], loc[2], ext[1:]))
-        cols: dict[str, pa.Array] = {"image_id": pa.array(ids, pa.string()),
-                                     "source_row": pa.array(range(row0, row0 + len(samples)), pa.int64())}
+        cols: dict[str, pa.Array] = {
+            "image_id": pa.array(ids, pa.string()),
+            "source_row": pa.array(range(row0, row0 + len(samples)), pa.int64()),
+        }
         for c in self.text_columns:
             cols[c] = pa.array(texts[c], pa.binary())
             cols[MISMATCH + c] = pa.array(bad[c], pa.bool_())
@@ -100,7 +111,8 @@ class WdsReader(Reader):
         for c, v in prov.items():
             cols[c] = pa.array(v, pa.string())
         images = pa.Table.from_pylist(
-            [dict(zip(IMAGE_SCHEMA.names, r, strict=True)) for r in img_rows], schema=IMAGE_SCHEMA)
+            [dict(zip(IMAGE_SCHEMA.names, r, strict=True)) for r in img_rows], schema=IMAGE_SCHEMA
+        )
         return Batch(pa.table(cols), images)
 
     def batches(self, shard: Shard) -> Iterator[Batch]:
