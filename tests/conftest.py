@@ -16,7 +16,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# one intra-op thread, as every process is after its first train stage (tasks/train.py sets
+# one intra-op thread, as every process is after its first train stage (the train stage sets
 # train.threads process-wide): test times and results no longer depend on which test ran
 # first, and two OpenMP threads on a shared 2-core box no longer spin against each other
 # (test_train's training tests: 0.7 s alone at 1 thread, ~20 s at 2 threads under load)
