@@ -191,8 +191,10 @@ _SHAPE_LEX = _lexicon(SHAPE_WORDS)
 _COLOUR_LEX = _lexicon(COLOUR_WORDS)
 _SIZE_LEX = _lexicon(SIZE_WORDS)
 _BG_LEX = _lexicon(BACKGROUND_WORDS)
+# longest phrase first (a phrase may contain a shorter one); ties broken by the phrase and its
+# cell, never by set order, which follows string hashing and so changes from process to process
 _POS_LEX: list[tuple[str, int]] = sorted(
-    {(position_phrase(c, 3, v), c) for c in range(9) for v in range(4)}, key=lambda p: -len(p[0])
+    {(position_phrase(c, 3, v), c) for c in range(9) for v in range(4)}, key=lambda p: (-len(p[0]), p[0], p[1])
 )
 
 
