@@ -14,7 +14,7 @@ from platonic.core.config import CompareConfig
 from platonic.core.stages import RUN, compare_instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish
+from platonic.tasks.runs import parent_run, publish, run_folder
 
 
 @flow(name="compare", log_prints=True)
@@ -31,7 +31,7 @@ def compare_flow(config: dict) -> dict:
             "experiment_id": ctx.experiment_id,
             "recipe": cfg.name,
             "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(ctx.out_dir / "runs" / ctx.parent_run_id),
+            "output_dir": str(run_folder(ctx)),
             "compare_run_id": grid.producer_run_id,
             **scores,
         }

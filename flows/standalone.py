@@ -18,7 +18,7 @@ from platonic.core.contract import IncompleteArtifact, StageInstance
 from platonic.core.stages import FORCE, RUN, audit_inputs, corpus_source
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance
-from platonic.tasks.runs import parent_run, publish
+from platonic.tasks.runs import parent_run, publish, run_folder
 
 # `platonic ingest --out DIR` writes outside the store: the store remembers where, so
 # `platonic corpus stats` finds it
@@ -46,7 +46,7 @@ def run_audit(config: dict, force: bool = False) -> dict:
             "experiment": cfg.experiment,
             "experiment_id": ctx.experiment_id,
             "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(ctx.out_dir / "runs" / ctx.parent_run_id),
+            "output_dir": str(run_folder(ctx)),
             "artifact": m.uri,
             "audit_run_id": m.producer_run_id,
             "cache_hit": m.created_at < started,

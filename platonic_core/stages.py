@@ -38,14 +38,15 @@ def world(call: StageCall):
 def ingest(call: StageCall):
     from .data.corpus import ingest_corpus
     from .data.ingest import ingest_stats, ingest_world
-    from .data.readers import resolve_sources
+    from .data.readers import Shard
 
     ic = call.cfg.ingest
     if ic.source == "world":
         w = call.inputs["world"]
         counts = ingest_world(w.path, ic, call.out, source=f"world:{w.digest[:16]}")
         return counts, {"corpus_stats": ingest_stats(call.out)}
-    shards = resolve_sources(ic.paths, ic.source, ic.revision, ic.allow_patterns or None)
+    # the shards as resolved (and hashed) once, for the source manifest: see corpus_source
+    shards = [Shard(sid, v["uri"], v["digest"]) for sid, v in call.inputs["source"].schema.items()]
     log = call.hooks.logger
 
     def progress(r) -> None:
@@ -89,7 +90,7 @@ def corpus_source(ic: IngestConfig) -> dict[str, Manifest]:
             " ".join(ic.paths),
             h.hexdigest(),
             {"shards": len(shards)},
-            {s.id: {"uri": s.uri, "digest": s.digest} for s in shards[:1000]},
+            {s.id: {"uri": s.uri, "digest": s.digest} for s in shards},
         )
     }
 

@@ -31,6 +31,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
 from platonic.core.artifacts import ArtifactStore, Manifest
+from platonic.core.config import PipelineConfig
 from platonic.core.contract import (
     IncompleteArtifact,
     StageCall,
@@ -79,6 +80,11 @@ class RunContext:
         return MlflowClient(tracking_uri=self.tracking_uri)
 
 
+def recipe_mapper(cfg: Any):
+    """The fan-out of a pipeline recipe (`fanout` section); other flows' recipes have none."""
+    return mapper_for(cfg.fanout) if isinstance(cfg, PipelineConfig) else None
+
+
 def state_dir(spec: StageSpec, inst: StageInstance, ctx: RunContext, key: str) -> Path | None:
     """Resumable work of one cache key: training checkpoints under OUT_DIR/checkpoints/,
     generated positives beside the store."""
@@ -116,7 +122,7 @@ def execute(
         manifest = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
     ctx.resolved[(key, inst.id)] = manifest
     state = state_dir(spec, inst, ctx, key)
-    if spec.state == "until_commit" and state is not None:
+    if spec.state == "until_commit":
         _remove_state(state)
     return manifest
 
@@ -214,7 +220,7 @@ def _execute_locked(
             log_metrics=lambda metrics, step: tracking.log_metrics(c, run_id, metrics, step=step),
             set_tags=lambda tags: tracking.set_tags(c, run_id, tags),
             logger=log,
-            mapper=mapper_for(cfg.fanout) if hasattr(cfg, "fanout") else None,
+            mapper=recipe_mapper(cfg),
         )
         call = StageCall(
             inst,
@@ -293,7 +299,7 @@ def run_instances(cfg: Any, insts: list[StageInstance], modes: dict[str, str], c
     manifests. Instances of a `fan_out` stage go to the recipe's fan-out engine together
     (one Dask task run each) when it has one."""
     done: dict[str, Manifest] = {}
-    mapper = mapper_for(cfg.fanout) if hasattr(cfg, "fanout") else None
+    mapper = recipe_mapper(cfg)
 
     def call_args(inst: StageInstance) -> tuple:
         spec = spec_of(inst)

@@ -60,7 +60,7 @@ def parent_run(
 def publish(ctx: RunContext, results: dict[str, Any], files: dict[str, Path]) -> Path:
     """A flow's outputs: `files` (name -> source) copied into OUT_DIR/runs/<parent run>/
     beside results.json, and each logged to the parent run. Returns that folder."""
-    out = ctx.out_dir / "runs" / ctx.parent_run_id
+    out = run_folder(ctx)
     out.mkdir(parents=True, exist_ok=True)
     for name, src in files.items():
         if Path(src).exists():
