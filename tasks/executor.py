@@ -317,11 +317,10 @@ def run_instances(cfg: Any, insts: list[StageInstance], modes: dict[str, str], c
             batch += [i for i in todo if i.stage == inst.stage]
             todo = [i for i in todo if i.stage != inst.stage]
         if len(batch) > 1:
-            calls = [call_args(i) for i in batch]
-            results = mapper(execute, calls)
+            results = mapper(execute, [call_args(i) for i in batch])
         else:
-            inst_, cfg_, inputs, mode, ctx_, roles = call_args(inst)
-            results = [run_instance(inst_, cfg_, inputs, mode, ctx_, roles=roles)]
+            *args, roles = call_args(inst)
+            results = [run_instance(*args, roles=roles)]
         for i, m in zip(batch, results, strict=True):
             done[i.id] = m
     return done
