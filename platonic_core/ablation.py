@@ -241,7 +241,8 @@ def text_rotations(abl: AblationConfig, results: list[CellResult]) -> list[dict]
             for seed in abl.seeds:
                 a = load_features(by[(ra, seed)].embed_dirs[col] / "features.npz")
                 b = load_features(by[(rb, seed)].embed_dirs[col] / "features.npz")
-                s = alignment(a, b, n_boot=0, k=by[(ra, seed)].cell.cfg.evaluate.k)
+                ev = by[(ra, seed)].cell.cfg.evaluate
+                s = alignment(a, b, n_boot=0, k=ev.k, clamp_q=ev.clamp_quantile, clamp=ev.clamp, layers=ev.layers)
                 rot = rotation_fit(a[s.layer_a], b[s.layer_b], seed=seed)
                 per_seed.append(
                     {

@@ -386,6 +386,9 @@ class EvaluateConfig(Section):
     text_models: list[str] = ["good", "ntp", "bad"]
     k: int = Field(10, ge=1)
     clamp_quantile: float = Field(0.95, gt=0, le=1)
+    # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
+    # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
+    clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
 
@@ -501,6 +504,9 @@ class CompareConfig(Section):
     vision_models: dict[str, FeatureModelConfig]
     k: int = Field(10, ge=1)
     clamp_quantile: float = Field(0.95, gt=0, le=1)
+    # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
+    # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
+    clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
     retrieval: list[RetrievalConfig] = []
