@@ -603,12 +603,12 @@ ABLATE_SPECS: dict[str, StageSpec] = {
     "ablation": StageSpec(
         "ablation",
         5,
-        ("name", "seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
-        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+        ("name", "seeds", "rows", "sweep", "columns", "efficiency", "scaling", "confidence"),
+        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png", "sweep.png"),
         ablation,
         "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
         "sample efficiency, the scaling-law fit checked on a held-out run",
-        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png", "sweep.png"),
     ),
 }
 
