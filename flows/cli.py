@@ -209,7 +209,8 @@ def ablate(
         typer.echo(json.dumps(results, indent=1))
         return
     typer.echo((Path(results["output_dir"]) / "table.md").read_text())
-    typer.echo(f"outputs:       {results['output_dir']}  (cells.json, summary.json, table.md, curves.png, scaling.png)")
+    files = ", ".join(sorted(p.name for p in Path(results["output_dir"]).iterdir() if p.is_file()))
+    typer.echo(f"outputs:       {results['output_dir']}  ({files})")
     typer.echo(
         f"MLflow run id: {results['run_id']}   "
         f"(experiment {results['experiment']!r}: platonic table {results['experiment']})"

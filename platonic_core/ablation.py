@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -425,9 +426,10 @@ def sweep_table(cells: dict) -> dict:
 
 
 def grid_metrics(summary: dict) -> dict[str, float]:
-    """The grid's cell means as flat MLflow metrics: mutual_knn/<row>/<column>."""
+    """The grid's cell means as flat MLflow metrics: mutual_knn/<row>/<column> (a sweep row
+    `r@label` as `r:label`; characters MLflow refuses in a name, such as `+`, as `_`)."""
     return {
-        f"mutual_knn/{row}/{col}": s["mean"]
+        re.sub(r"[^\w\-. :/]", "_", f"mutual_knn/{row.replace('@', ':')}/{col}"): s["mean"]
         for row, cols in summary["table"]["mutual_knn"].items()
         for col, s in cols.items()
         if s["mean"] is not None

@@ -297,3 +297,17 @@ def test_sweep_summary_pairs_rows_at_one_dose_and_doses_within_a_row(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 0
     table = ablation_table(cells, {"table": grid_table(cells), "sweep": sw, "differences": []})
     assert "Sweep of `world.alt_nonvisual`" in table and "0.100" in table
+
+
+def test_grid_metrics_are_names_mlflow_accepts():
+    from mlflow.utils.validation import _validate_metric_name
+
+    from platonic.core.ablation import grid_metrics
+
+    summary = {
+        "table": {"mutual_knn": {"r@exact+near": {"good": {"mean": 0.1}}, "r@LeJEPA 0.02": {"good": {"mean": 0.2}}}}
+    }
+    metrics = grid_metrics(summary)
+    assert metrics == {"mutual_knn/r:exact_near/good": 0.1, "mutual_knn/r:LeJEPA 0.02/good": 0.2}
+    for name in metrics:
+        _validate_metric_name(name)
