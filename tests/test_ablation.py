@@ -317,14 +317,15 @@ def test_grid_metrics_are_names_mlflow_accepts():
 def test_lambda_recipe_sweeps_the_good_view_lam_only(quick):
     abl, cells = load_ablation("configs/lambda.yaml", quick=quick)
     assert abl.columns == ["good"] and abl.efficiency is None and abl.scaling is None and len(abl.seeds) >= 3
-    labels = ["x0.5", "x1", "x2", "x4", "LeJEPA 0.02"]
+    labels = ["LeJEPA 0.02", "x0.5", "x1", "x2", "x4"]
+    assert abl.sweep.value_labels() == labels and abl.sweep.values == sorted(abl.sweep.values)
     assert sorted({c.row for c in cells}) == sorted(f"recaptions@{lab}" for lab in labels)
     assert len(cells) == len(labels) * len(abl.seeds) and all(c.kind == "grid" for c in cells)
     lam = {(c.row.split("@")[1], c.seed): c.cfg.train.models["good"].lam for c in cells}
     demo = load_ablation("configs/table7.yaml")[1][0].cfg.train.models["good"].lam
     assert demo == 0.05
     for s in abl.seeds:
-        assert [lam[(lab, s)] for lab in labels] == [demo / 2, demo, 2 * demo, 4 * demo, 0.02]
+        assert [lam[(lab, s)] for lab in labels] == [0.02, demo / 2, demo, 2 * demo, 4 * demo]
     # λ is the only thing that differs within a seed: the image encoder and the views are shared
     for s in abl.seeds:
         same_seed = [c.cfg for c in cells if c.seed == s]
