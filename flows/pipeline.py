@@ -98,10 +98,12 @@ def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext
                 "n": scores["n"],
                 "chance": scores["chance"],
                 "image_model": scores["image_model"],
+                "ceilings": scores.get("ceilings", {}),
             }
         )
         results["models"] = {
             name: {k: v for k, v in s.items() if k != "per_layer"}
+            | {"per_layer_best": [max(row) for row in s["per_layer"]]}
             | {
                 "kind": cfg.train.models[name].kind,
                 "views": cfg.train.models[name].views,

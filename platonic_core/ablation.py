@@ -177,6 +177,8 @@ def cell_records(results: list[CellResult]) -> list[dict]:
                     "samples": mcfg.total_steps * mcfg.batch_size,
                     "texts_per_sample": mcfg.n_views if mcfg.views == "good" else 1,
                     "mutual_knn": s["mutual_knn"],
+                    "fraction_of_ceiling": s.get("fraction_of_ceiling"),
+                    "ceiling": scores.get("ceilings", {}).get("learned"),
                     "ci95_eval": s["ci95"],
                     "layer_a": s["layer_a"],
                     "layer_b": s["layer_b"],
@@ -199,10 +201,13 @@ def grid_table(cells: dict) -> dict:
     conf = cells["confidence"]
     grid = [r for r in cells["records"] if r["kind"] == "grid"]
     out: dict = {}
-    for metric in ("mutual_knn", "t2i_R@1", "heldout_residual"):
+    for metric in ("mutual_knn", "fraction_of_ceiling", "t2i_R@1", "heldout_residual"):
         out[metric] = {
             row: {
-                col: mean_ci([r[metric] for r in grid if r["row"] == row and r["column"] == col], conf)
+                col: mean_ci(
+                    [r[metric] for r in grid if r["row"] == row and r["column"] == col and r.get(metric) is not None],
+                    conf,
+                )
                 for col in cells["columns"]
             }
             for row in cells["rows"]

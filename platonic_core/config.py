@@ -381,6 +381,18 @@ class EmbedConfig(Section):
     layer: int | None = None
 
 
+class CeilingConfig(Section):
+    """Oracle text features of the world's ground truth, scored like the models
+    (platonic_core/ceiling.py). Synthetic world only; `oracles: []` turns the stage off."""
+
+    oracles: list[Literal["attributes", "learned", "render"]] = ["attributes", "learned", "render"]
+    draws: int = Field(10, ge=1)  # jitter draws that break the discrete oracle's exact ties
+    jitter: float = Field(1e-3, gt=0)
+    hidden: int = Field(256, ge=1)  # the learned ceiling's MLP: two hidden layers
+    epochs: int = Field(30, ge=1)
+    seed: int = 0
+
+
 class EvaluateConfig(Section):
     image_model: str = "image"
     text_models: list[str] = ["good", "ntp", "bad"]
@@ -391,6 +403,7 @@ class EvaluateConfig(Section):
     clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
+    ceiling: CeilingConfig = CeilingConfig()
 
 
 class ServicesConfig(Section):
