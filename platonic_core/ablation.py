@@ -175,7 +175,7 @@ def cell_records(results: list[CellResult]) -> list[dict]:
                     "column": m,
                     "steps": mcfg.total_steps,
                     "samples": mcfg.total_steps * mcfg.batch_size,
-                    "texts_per_sample": mcfg.n_views if mcfg.views == "good" else 1,
+                    "texts_per_sample": mcfg.n_views if mcfg.views in ("good", "documents") else 1,
                     "mutual_knn": s["mutual_knn"],
                     "fraction_of_ceiling": s.get("fraction_of_ceiling"),
                     "ceiling": scores.get("ceilings", {}).get("learned"),
@@ -303,7 +303,7 @@ def _sources(abl: AblationConfig, row: str, col: str, by: dict) -> list[str]:
     """The text kinds a column's model reads in a row."""
     views = by[(row, abl.seeds[0])].cell.cfg.train.models[col].views
     r = cell_rows(abl.rows, abl.sweep)[row]
-    return list(r.good_sources if views == "good" else r.text_sources)
+    return list(r.good_sources if views in ("good", "documents") else r.text_sources)
 
 
 def efficiency(abl: AblationConfig, records: list[dict]) -> dict:

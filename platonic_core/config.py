@@ -291,7 +291,10 @@ class ModelConfig(Section):
     """One model to train. `kind` picks the objective and architecture family."""
 
     kind: Literal["text_jepa", "causal_lm", "image_jepa"]
-    views: Literal["good", "bad", "text", "renders"] = "good"
+    # good: n_views texts of one image; bad: masked copies of one text; text: one text (the causal
+    # LM); documents: n_views texts of one image concatenated into one sequence, as a web page
+    # holds several descriptions of one image (the causal LM); renders: the image model
+    views: Literal["good", "bad", "text", "documents", "renders"] = "good"
     width: int = Field(96, ge=8)
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)
@@ -341,7 +344,7 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _check_views(self) -> ModelConfig:
-        allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text"}, "image_jepa": {"renders"}}
+        allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text", "documents"}, "image_jepa": {"renders"}}
         if self.views not in allowed[self.kind]:
             raise ValueError(f"kind {self.kind!r} trains on views {sorted(allowed[self.kind])}, not {self.views!r}")
         if self.width % self.heads:
@@ -353,6 +356,8 @@ class ModelConfig(Section):
             raise ValueError(f"batch_size {self.batch_size} is not divisible by nproc x grad_accum = {per_micro}")
         if self.data == "stream" and self.kind == "image_jepa":
             raise ValueError("data: stream reads views shards; the image model trains on renders in memory")
+        if self.data == "stream" and self.views == "documents":
+            raise ValueError("views: documents are assembled in memory (data: memory)")
         if self.snapshots and self.kind == "image_jepa":
             raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
         if self.snapshots > self.total_steps:

@@ -135,7 +135,7 @@ def run_curve(
                 "layer_b": s.layer_b,
             }
         )
-    texts_per_sample = model_cfg.n_views if model_cfg.kind == "text_jepa" and model_cfg.views == "good" else 1
+    texts_per_sample = model_cfg.n_views if model_cfg.views in ("good", "documents") else 1
     curve = {
         "kind": model_cfg.kind,
         "views": model_cfg.views,

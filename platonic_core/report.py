@@ -68,7 +68,7 @@ def alignment_plot(result: dict, path: Path) -> None:
         [s["ci95"][1] - v for v, (_, s) in zip(vals, items, strict=True)],
     ]
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
-    palette = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}  # by training views
+    palette = {"good": "#3b7dd8", "text": "#e0a030", "documents": "#e0a030", "bad": "#c0504d"}  # by views
     views = result.get("views", {})
     ax.bar(names, vals, yerr=err, capsize=4, color=[palette.get(views.get(n, ""), "#777777") for n in names])
     ax.axhline(result["chance"], ls="--", c="k", lw=1, label="chance")
@@ -86,8 +86,8 @@ def alignment_plot(result: dict, path: Path) -> None:
 
 # ---- the ablation grid ------------------------------------------------------------------
 
-VIEW_LABELS = {"good": "good views", "bad": "bad views", "text": "next-token"}
-VIEW_COLOURS = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}
+VIEW_LABELS = {"good": "good views", "bad": "bad views", "text": "next-token", "documents": "next-token (documents)"}
+VIEW_COLOURS = {"good": "#3b7dd8", "text": "#e0a030", "documents": "#e0a030", "bad": "#c0504d"}
 
 
 def _fmt(s: dict, digits: int = 3) -> str:

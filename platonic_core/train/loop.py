@@ -307,6 +307,8 @@ def run_train(
         else:
             data, tok, max_len = load_text_data(input_dir, cfg, sp)
             sampler = make_sampler(cfg, data, seed, sp)
+            if cfg.views == "documents":  # positions for n_views texts in one sequence
+                max_len *= cfg.n_views
         build_args = {"vocab_size": tok.get_vocab_size(), "max_len": max_len, **extra}
         if rank == 0:
             shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")
