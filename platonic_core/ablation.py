@@ -326,10 +326,10 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
             ref, mod = cur[eff.reference]["curve"], cur[eff.model]["curve"]
             target = ref["points"][-1]["mutual_knn"]
             # did the reference learn anything the untrained encoder did not have? If its final
-            # score is no better than its first checkpoint, "samples to reach it" measures the
-            # initialisation, not learning
+            # score is no better than at initialisation (step 0; older curves: their first
+            # checkpoint), "samples to reach it" measures the initialisation, not learning
             reference_gain = target - ref["points"][0]["mutual_knn"]
-            pts = mod["points"]
+            pts = [p for p in mod["points"] if p["samples"] > 0]  # log samples: the trained points
             needed, status = samples_to_reach([p["samples"] for p in pts], [p["mutual_knn"] for p in pts], target)
             ratio = ref["points"][-1]["samples"] / needed if needed else None
             per_seed.append(

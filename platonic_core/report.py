@@ -182,7 +182,7 @@ def ablation_table(cells: dict, summary: dict) -> str:
         lines += [
             f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score",
             "",
-            "| positives | target (reference final) | reference gain over its first checkpoint "
+            "| positives | target (reference final) | reference gain over its initialisation "
             "| samples needed (geo. mean) "
             "| sample ratio (geo. mean) | text ratio | seeds reached |",
             "|---|---|---|---|---|---|---|",
@@ -287,12 +287,23 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
             ]
             if not curves:
                 continue
-            x = np.array([p["samples"] for p in curves[0]["points"]])
+            x = np.array([p["samples"] for p in curves[0]["points"]], dtype=float)
             y = np.array([[p["mutual_knn"] for p in c["points"]] for c in curves])
             view = cells["column_views"][col]
             colour = VIEW_COLOURS.get(view, "#777777")
-            ax.plot(x, y.mean(0), "o-", ms=3, color=colour, label=f"{col} ({VIEW_LABELS.get(view, view)})")
-            ax.fill_between(x, y.min(0), y.max(0), color=colour, alpha=0.2, lw=0)
+            trained = x > 0
+            if not trained.all():  # the initialisation, drawn half a step left of the first checkpoint
+                x[~trained] = x[trained].min() / 2
+                ax.plot(x[~trained], y[:, ~trained].mean(0), "s", mfc="none", color=colour)
+            ax.plot(
+                x[trained],
+                y[:, trained].mean(0),
+                "o-",
+                ms=3,
+                color=colour,
+                label=f"{col} ({VIEW_LABELS.get(view, view)})",
+            )
+            ax.fill_between(x[trained], y[:, trained].min(0), y[:, trained].max(0), color=colour, alpha=0.2, lw=0)
             if col == eff["reference"]:
                 ax.axhline(y[:, -1].mean(), ls="--", lw=1, color=colour)
         chance = next(r["chance"] for r in cells["records"])
@@ -302,7 +313,10 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
         ax.set_title(cells["rows"][row], fontsize=9)
     axes[0][0].set_ylabel(f"mutual {cells.get('k', 10)}-NN with the image encoder")
     axes[0][-1].legend(frameon=False, fontsize=8)
-    fig.suptitle(f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max)", fontsize=10)
+    fig.suptitle(
+        f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max; □ at initialisation)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

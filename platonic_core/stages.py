@@ -359,7 +359,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "train",
-            1,
+            2,
             ("seed", "train.models.{model}"),
             ("model.safetensors", "model.json", "tokenizer.json"),
             train,

@@ -174,8 +174,12 @@ def test_snapshots_do_not_change_training(tok):
         )
         finals.append(model.state_dict())
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
-    assert [s for s, _ in seen] == [2, 4, 7]  # snapshot_steps(12, 4) minus the final step
-    assert not torch.equal(seen[0][1]["proj.0.weight"], finals[1]["proj.0.weight"])
+    # the initial weights, then snapshot_steps(12, 4) minus the final step
+    assert [s for s, _ in seen] == [0, 2, 4, 7]
+    torch.manual_seed(0)
+    init = build_model(cfg, vocab_size=tok.get_vocab_size(), max_len=32).state_dict()
+    assert all(torch.equal(seen[0][1][k], init[k]) for k in init)  # step 0 is the untrained model
+    assert not torch.equal(seen[1][1]["proj.0.weight"], finals[1]["proj.0.weight"])
 
 
 def test_documents_concatenate_texts_of_one_image():
