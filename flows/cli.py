@@ -121,6 +121,11 @@ def print_summary(results: dict) -> None:
             )
         con.print(t)
         con.print(f"ordering: {' > '.join(results['ordering'])}")
+        for name in results["ordering"]:
+            c = results["models"][name].get("curve")
+            if c and c[0]["steps"] == 0:
+                pts = " → ".join(f"{p['mutual_knn']:.4f}" for p in c)
+                con.print(f"{name} along its run (steps {c[0]['steps']} … {c[-1]['steps']}): {pts}")
         if results.get("ceilings"):
             oracles = ", ".join(f"{k} {v:.4f}" for k, v in results["ceilings"].items())
             con.print(f"oracles:  {oracles}   (ceiling: learned; docs/method.md)")

@@ -334,6 +334,9 @@ class ModelConfig(Section):
     nproc: int = Field(1, ge=1)
     # write a resumable checkpoint every this many samples (0 = never)
     checkpoint_every: int = Field(0, ge=0)
+    # the causal LM's output layer shares the input embeddings (GPT-2's default); untied, the
+    # input embeddings need not make interchangeable words (all colours) alike
+    tie_embeddings: bool = True
     # memory: tokenise every text up front; stream: read Parquet row groups as needed
     data: Literal["memory", "stream"] = "memory"
 

@@ -48,7 +48,7 @@ def build_model(
     if cfg.kind == "text_jepa":
         return TextEncoder(vocab_size, width, layers, heads, cfg.proj_dim, max_len, cfg.attention, special_ids)
     if cfg.kind == "causal_lm":
-        return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids)
+        return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids, cfg.tie_embeddings)
     if cfg.kind == "image_jepa":
         return ImageEncoder(cfg.width, cfg.proj_dim, image_size)
     raise ValueError(f"unknown model kind {cfg.kind!r}")
