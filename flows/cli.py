@@ -209,7 +209,8 @@ def ablate(
         typer.echo(json.dumps(results, indent=1))
         return
     typer.echo((Path(results["output_dir"]) / "table.md").read_text())
-    typer.echo(f"outputs:       {results['output_dir']}  (cells.json, summary.json, table.md, curves.png, scaling.png)")
+    files = ", ".join(sorted(p.name for p in Path(results["output_dir"]).iterdir() if p.is_file()))
+    typer.echo(f"outputs:       {results['output_dir']}  ({files})")
     typer.echo(
         f"MLflow run id: {results['run_id']}   "
         f"(experiment {results['experiment']!r}: platonic table {results['experiment']})"
@@ -591,28 +592,35 @@ def align(
         "mutual_knn", "--metric", help="mutual_knn, cycle_knn, cka, cka_rbf, unbiased_cka, cknna"
     ),
     k: int = typer.Option(10, "--k"),
-    no_clamp: bool = typer.Option(False, "--no-clamp", help="skip the 0.95-quantile outlier clamp"),
+    clamp: str = typer.Option(
+        "mean",
+        "--clamp",
+        help="outlier clamp at the 0.95 quantile of |x|: mean (per-sample quantiles averaged, as the "
+        "published PRH numbers), exact (the global sorted quantile) or none",
+    ),
     layers: str = typer.Option("best", "--layers", help="best (all layer pairs) or last"),
     backend: str = typer.Option("dense", "--backend", help="kNN search: dense (torch) or faiss (exact, large N)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score two feature files as platonic-rep does (best over layer pairs)."""
     from platonic.core.features import load_features
-    from platonic.core.metrics import METRICS, alignment
+    from platonic.core.metrics import CLAMPS, METRICS, alignment
 
     if metric not in METRICS:
         fail(f"unknown metric {metric!r} (available: {', '.join(METRICS)})")
     if layers not in ("best", "last"):
         fail(f"--layers must be best or last, not {layers!r}")
+    if clamp not in CLAMPS:
+        fail(f"--clamp must be mean, exact or none, not {clamp!r}")
     if backend not in ("dense", "faiss"):
         fail(f"--backend must be dense or faiss, not {backend!r}")
     try:
         fa, fb = load_features(a), load_features(b)
-        s = alignment(fa, fb, k=k, clamp_q=1.0 if no_clamp else 0.95, layers=layers, metric=metric, backend=backend)
+        s = alignment(fa, fb, k=k, clamp=clamp, layers=layers, metric=metric, backend=backend)
     except (ValueError, FileNotFoundError, ImportError) as e:
         fail(str(e))
     if as_json:
-        typer.echo(json.dumps({**s.as_dict(), "metric": metric, "k": k, "n": int(fa[0].shape[0])}))
+        typer.echo(json.dumps({**s.as_dict(), "metric": metric, "k": k, "clamp": clamp, "n": int(fa[0].shape[0])}))
     else:
         ci = f"  95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]" if s.ci_low is not None else ""
         typer.echo(f"{metric} = {s.score:.4f}{ci}  best layers ({s.layer_a}, {s.layer_b}) of ({len(fa)}, {len(fb)})")

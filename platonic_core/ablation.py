@@ -17,10 +17,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import AblationConfig, ConfigError, PipelineConfig, read_recipe, validate_recipe
+from .config import AblationConfig, ConfigError, PipelineConfig, cell_rows, read_recipe, validate_recipe
 from .evaluate import rotation_fit
 from .features import load_features
 from .metrics import alignment
@@ -67,15 +68,17 @@ def load_ablation(
     abl = validate_recipe(raw, origin, overrides, AblationConfig)
     base_raw, base_origin = read_recipe(abl.base, relative_to=Path(origin).parent)
     shared = [*abl.set, *(abl.quick if quick else []), *(base_overrides or [])]
+    rows = cell_rows(abl.rows, abl.sweep)
     cells = []
 
     def make(name, kind, row, seed, extra, steps=None):
-        r = abl.rows[row]
+        r = rows[row]
         cell_set = [
             *shared,
             f"seed={seed}",
             f"views.good_sources={_yaml_value(r.good_sources)}",
             f"views.text_sources={_yaml_value(r.text_sources)}",
+            *r.set,
             *extra,
         ]
         try:
@@ -97,7 +100,7 @@ def load_ablation(
     eff = abl.efficiency
     curve_set = [f"train.models.{m}.snapshots={eff.snapshots}" for m in (eff.model, eff.reference)] if eff else []
     for seed in abl.seeds:
-        for row in abl.rows:
+        for row in rows:
             cfg = make(
                 f"{row}/seed={seed}",
                 "grid",
@@ -207,11 +210,30 @@ def grid_table(cells: dict) -> dict:
     return out
 
 
+def sweep_point(row: str) -> tuple[str, str | None]:
+    """`row@label` -> (row, label); a row outside a sweep -> (row, None)."""
+    base, _, label = row.partition("@")
+    return base, label or None
+
+
+def row_pairs(rows: list[str]) -> list[tuple[str, str]]:
+    """The row pairs worth comparing: every pair without a sweep; with one, the rows at the
+    same sweep value (positives compared at one dose) and each row against its own first
+    value (the dose's effect)."""
+    pairs = []
+    for a, b in itertools.combinations(rows, 2):
+        (ba, la), (bb, lb) = sweep_point(a), sweep_point(b)
+        if la is None or la == lb or (ba == bb and a == next(r for r in rows if sweep_point(r)[0] == ba)):
+            pairs.append((a, b))
+    return pairs
+
+
 def paired_differences(cells: dict) -> list[dict]:
     """Differences between two cells measured on the same seeds (the same image encoder
     and eval split), mean with a t interval over seeds: every column pair within a row
-    (objectives) and every row pair within a column (positives). Pairing removes the
-    seed-to-seed spread the cells share, so these intervals are narrower than the cells'."""
+    (objectives) and the row pairs of `row_pairs` within a column (positives, doses).
+    Pairing removes the seed-to-seed spread the cells share, so these intervals are
+    narrower than the cells'."""
     grid = {(r["row"], r["column"], r["seed"]): r["mutual_knn"] for r in cells["records"] if r["kind"] == "grid"}
     seeds = cells["seeds"]
     out = []
@@ -224,7 +246,7 @@ def paired_differences(cells: dict) -> list[dict]:
         for ca, cb in itertools.combinations(cells["columns"], 2):
             diff((row, ca), (row, cb), "objective", row)
     for col in cells["columns"]:
-        for ra, rb in itertools.combinations(cells["rows"], 2):
+        for ra, rb in row_pairs(list(cells["rows"])):
             diff((ra, col), (rb, col), "positives", col)
     return out
 
@@ -234,14 +256,19 @@ def text_rotations(abl: AblationConfig, results: list[CellResult]) -> list[dict]
     positive sources (same column, same seed, two rows): mutual kNN between them and an
     orthogonal Procrustes map fitted on half the eval captions, R@1 and residual held out."""
     by = {(r.cell.row, r.cell.seed): r for r in results if r.cell.kind == "grid"}
+    # with a sweep, models are compared at one dose only
+    pairs = [
+        (a, b) for a, b in row_pairs(list(cell_rows(abl.rows, abl.sweep))) if sweep_point(a)[1] == sweep_point(b)[1]
+    ]
     out = []
     for col in abl.columns:
-        for ra, rb in itertools.combinations(abl.rows, 2):
+        for ra, rb in pairs:
             per_seed = []
             for seed in abl.seeds:
                 a = load_features(by[(ra, seed)].embed_dirs[col] / "features.npz")
                 b = load_features(by[(rb, seed)].embed_dirs[col] / "features.npz")
-                s = alignment(a, b, n_boot=0, k=by[(ra, seed)].cell.cfg.evaluate.k)
+                ev = by[(ra, seed)].cell.cfg.evaluate
+                s = alignment(a, b, n_boot=0, k=ev.k, clamp_q=ev.clamp_quantile, clamp=ev.clamp, layers=ev.layers)
                 rot = rotation_fit(a[s.layer_a], b[s.layer_b], seed=seed)
                 per_seed.append(
                     {
@@ -270,7 +297,8 @@ def text_rotations(abl: AblationConfig, results: list[CellResult]) -> list[dict]
 def _sources(abl: AblationConfig, row: str, col: str, by: dict) -> list[str]:
     """The text kinds a column's model reads in a row."""
     views = by[(row, abl.seeds[0])].cell.cfg.train.models[col].views
-    return list(abl.rows[row].good_sources if views == "good" else abl.rows[row].text_sources)
+    r = cell_rows(abl.rows, abl.sweep)[row]
+    return list(r.good_sources if views == "good" else r.text_sources)
 
 
 def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
@@ -280,7 +308,7 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
     gets there are counted, not dropped; the interval is given only when every seed got there."""
     eff = abl.efficiency
     out = {}
-    for row in abl.rows:
+    for row in cell_rows(abl.rows, abl.sweep):
         per_seed = []
         for seed in abl.seeds:
             cur = {
@@ -372,10 +400,36 @@ def scaling_check(abl: AblationConfig, records: list[dict]) -> dict:
     }
 
 
+def sweep_table(cells: dict) -> dict:
+    """Per base row and column, the score at each sweep value: mean with its interval and the
+    seed spread (std, min, max). Paired differences are in `paired_differences`."""
+    sw = cells["sweep"]
+    grid = [r for r in cells["records"] if r["kind"] == "grid"]
+    out: dict = {}
+    for base in sw["rows"]:
+        for col in cells["columns"]:
+            points = []
+            for label, value in zip(sw["labels"], sw["values"], strict=True):
+                xs = [r["mutual_knn"] for r in grid if r["row"] == f"{base}@{label}" and r["column"] == col]
+                points.append(
+                    {
+                        "label": label,
+                        "value": value,
+                        "per_seed": xs,
+                        "min": min(xs, default=None),
+                        "max": max(xs, default=None),
+                        **mean_ci(xs, cells["confidence"]),
+                    }
+                )
+            out.setdefault(base, {})[col] = points
+    return {"key": sw["key"], "rows": out}
+
+
 def grid_metrics(summary: dict) -> dict[str, float]:
-    """The grid's cell means as flat MLflow metrics: mutual_knn/<row>/<column>."""
+    """The grid's cell means as flat MLflow metrics: mutual_knn/<row>/<column> (a sweep row
+    `r@label` as `r:label`; characters MLflow refuses in a name, such as `+`, as `_`)."""
     return {
-        f"mutual_knn/{row}/{col}": s["mean"]
+        re.sub(r"[^\w\-. :/]", "_", f"mutual_knn/{row.replace('@', ':')}/{col}"): s["mean"]
         for row, cols in summary["table"]["mutual_knn"].items()
         for col, s in cols.items()
         if s["mean"] is not None
@@ -384,7 +438,7 @@ def grid_metrics(summary: dict) -> dict[str, float]:
 
 def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict:
     """cells.json (every score with its runs), summary.json, table.md and the plots."""
-    from .report import ablation_table, curves_plot, scaling_plot
+    from .report import ablation_table, curves_plot, scaling_plot, sweep_plot
 
     records = cell_records(results)
     cells = {
@@ -392,16 +446,22 @@ def summarize(abl: AblationConfig, results: list[CellResult], out: Path) -> dict
         "confidence": abl.confidence,
         "seeds": abl.seeds,
         "k": results[0].cell.cfg.evaluate.k,
-        "rows": {k: r.label or k for k, r in abl.rows.items()},
+        "rows": {k: r.label or k for k, r in cell_rows(abl.rows, abl.sweep).items()},
         "columns": abl.columns,
         "column_views": {c: results[0].cell.cfg.train.models[c].views for c in abl.columns},
         "records": records,
     }
+    if abl.sweep:
+        sw = abl.sweep
+        cells["sweep"] = {"key": sw.key, "values": sw.values, "labels": sw.value_labels(), "rows": list(abl.rows)}
     summary = {
         "table": grid_table(cells),
         "differences": paired_differences(cells),
         "rotations": text_rotations(abl, results),
     }
+    if abl.sweep:
+        summary["sweep"] = sweep_table(cells)
+        sweep_plot(cells, summary["sweep"], out / "sweep.png")
     if abl.efficiency:
         summary["efficiency"] = efficiency(abl, records)
         curves_plot(cells, summary["efficiency"], out / "curves.png")

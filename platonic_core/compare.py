@@ -142,7 +142,13 @@ def compare_grid(
             text = [a[first == 0] for a in feats(t, ev)]
             for v in cfg.vision_models:
                 s = alignment(
-                    text, feats(v, ev), k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap
+                    text,
+                    feats(v, ev),
+                    k=cfg.k,
+                    clamp_q=cfg.clamp_quantile,
+                    clamp=cfg.clamp,
+                    layers=cfg.layers,
+                    n_boot=cfg.bootstrap,
                 )
                 scores.setdefault(ev, {}).setdefault(t, {})[v] = s.as_dict()
     retrieval_scores = {}

@@ -395,6 +395,9 @@ class EvaluateConfig(Section):
     text_models: list[str] = ["good", "ntp", "bad"]
     k: int = Field(10, ge=1)
     clamp_quantile: float = Field(0.95, gt=0, le=1)
+    # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
+    # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
+    clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
 
@@ -510,6 +513,9 @@ class CompareConfig(Section):
     vision_models: dict[str, FeatureModelConfig]
     k: int = Field(10, ge=1)
     clamp_quantile: float = Field(0.95, gt=0, le=1)
+    # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
+    # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
+    clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
     retrieval: list[RetrievalConfig] = []
@@ -534,6 +540,36 @@ class AblationRow(Section):
     label: str = ""
     good_sources: list[Literal["alt", "recap", "paraphrase"]] = Field(min_length=1)
     text_sources: list[Literal["alt", "recap", "paraphrase"]] = Field(min_length=1)
+    # more overrides of the base for this row's cells (after the grid's `set`), e.g. a world knob
+    set: list[str] = []
+
+
+class SweepConfig(Section):
+    """A dose axis crossed with every row: one override key of the base recipe, several
+    values. Row `r` becomes rows `r@<label>`, one per value, each with `key=value` set."""
+
+    key: str
+    values: list[Any] = Field(min_length=2)
+    labels: list[str] = []  # default: the values (a list as its items joined by "+", [] as "none")
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        if self.labels and len(self.labels) != len(self.values):
+            raise ValueError(f"sweep.labels has {len(self.labels)} labels for {len(self.values)} values")
+        labels = self.value_labels()
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"sweep labels repeat: {labels}")
+        if "=" in self.key or not all(self.key.split(".")):
+            raise ValueError(f"sweep.key {self.key!r} is not a recipe path like train.models.good.lam")
+        return self
+
+    def value_labels(self) -> list[str]:
+        def label(v: Any) -> str:
+            if isinstance(v, list):
+                return "+".join(map(str, v)) or "none"
+            return "none" if v is None else str(v)
+
+        return list(self.labels) or [label(v) for v in self.values]
 
 
 class EfficiencyConfig(Section):
@@ -570,12 +606,16 @@ class AblationConfig(Section):
     seeds: list[int] = Field([0, 1, 2], min_length=2)
     rows: dict[str, AblationRow] = Field(min_length=1)
     columns: list[str] = ["good", "bad", "ntp"]  # text models of the base recipe
+    sweep: SweepConfig | None = None
     efficiency: EfficiencyConfig | None = EfficiencyConfig()
     scaling: ScalingConfig | None = None
     confidence: float = Field(0.95, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _check(self) -> AblationConfig:
+        for name in self.rows:
+            if "@" in name or "/" in name:
+                raise ValueError(f"row name {name!r}: '@' and '/' are reserved (sweep rows, cell names)")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds repeat: {self.seeds}")
         if self.efficiency:
@@ -585,9 +625,26 @@ class AblationConfig(Section):
         if self.scaling:
             if self.scaling.model not in self.columns:
                 raise ValueError(f"scaling.model {self.scaling.model!r} is not in columns {self.columns}")
-            if self.scaling.row not in self.rows:
-                raise ValueError(f"scaling.row {self.scaling.row!r} is not in rows {sorted(self.rows)}")
+            rows = sorted(cell_rows(self.rows, self.sweep))
+            if self.scaling.row not in rows:
+                raise ValueError(f"scaling.row {self.scaling.row!r} is not in rows {rows}")
         return self
+
+
+def cell_rows(rows: dict[str, AblationRow], sweep: SweepConfig | None) -> dict[str, AblationRow]:
+    """An ablation's rows with its sweep crossed in: `row@label` -> the row plus `key=value`."""
+    if sweep is None:
+        return dict(rows)
+    out = {}
+    for name, row in rows.items():
+        for value, label in zip(sweep.values, sweep.value_labels(), strict=True):
+            out[f"{name}@{label}"] = row.model_copy(
+                update={
+                    "label": f"{row.label or name} · {sweep.key}={label}",
+                    "set": [*row.set, f"{sweep.key}={json.dumps(value)}"],
+                }
+            )
+    return out
 
 
 # --------------------------------------------------------------------------------------

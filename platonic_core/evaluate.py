@@ -49,7 +49,9 @@ def run_evaluate(
     scores = {}
     for m in cfg.text_models:
         text = load_features(embeds[m] / "features.npz")
-        s = alignment(text, image, k=cfg.k, clamp_q=cfg.clamp_quantile, layers=cfg.layers, n_boot=cfg.bootstrap)
+        s = alignment(
+            text, image, k=cfg.k, clamp_q=cfg.clamp_quantile, clamp=cfg.clamp, layers=cfg.layers, n_boot=cfg.bootstrap
+        )
         scores[m] = {
             **s.as_dict(),
             "per_layer": s.per_layer,
@@ -101,6 +103,7 @@ def run_curve(
             image,
             k=cfg.k,
             clamp_q=cfg.clamp_quantile,
+            clamp=cfg.clamp,
             layers=cfg.layers,
             n_boot=0,
         )

@@ -2,8 +2,11 @@
 
 mutual kNN (k = 10): L2-normalised features; neighbours by cosine similarity with the point
 itself excluded; per sample |kNN_A ∩ kNN_B| / k; the mean over samples is the score.
-Before scoring, features are clamped to ± the q = 0.95 quantile of |features| (exact: the
-int(q·numel)-th sorted value over the whole (L, N, D) stack), as `prepare_features` does.
+Before scoring, features are clamped to ± a threshold from the q = 0.95 quantile of |features|,
+as `prepare_features` does. `clamp="mean"` (the default) is what the published numbers used
+(`measure_alignment.py` runs with `--precise` off, `remove_outliers(exact=False)`): each sample's
+q-quantile of |x| over all its layers and dims, averaged over samples. `clamp="exact"` is their
+`exact=True`: the int(q·numel)-th sorted |x| of the whole stack. `clamp="none"` only normalises.
 With several layers per model every (layer_a, layer_b) pair is scored and the best kept.
 
 Also, as defined there: cycle kNN (is i among the A-neighbours of its B-neighbours), CKA
@@ -203,14 +206,43 @@ def as_layers(x) -> list[torch.Tensor]:
     return layers
 
 
-def clamp_layers(layers: list[torch.Tensor], q: float) -> list[torch.Tensor]:
-    """The PRH clamp over the whole stack of a model's layers (one threshold), per layer
-    L2 normalisation after."""
-    if q >= 1:
+CLAMPS = ("mean", "exact", "none")
+QUANTILE_CHUNK = 1024  # rows sorted at once by the per-sample quantile: memory O(chunk · L·D)
+
+
+def row_quantile(x: torch.Tensor, q: float) -> torch.Tensor:
+    """(N, M) -> (N,) each row's q-quantile with linear interpolation, as torch.quantile
+    (which refuses inputs over 16M elements; all layers of a large model exceed that)."""
+    pos = q * (x.size(1) - 1)
+    lo, frac = int(pos), pos - int(pos)
+    out = torch.empty(x.size(0), dtype=x.dtype)
+    for s in range(0, x.size(0), QUANTILE_CHUNK):
+        v = x[s : s + QUANTILE_CHUNK].sort(dim=1).values  # (chunk, M)
+        hi = min(lo + 1, v.size(1) - 1)
+        out[s : s + QUANTILE_CHUNK] = v[:, lo] + frac * (v[:, hi] - v[:, lo])
+    return out
+
+
+def clamp_threshold(layers: list[torch.Tensor], q: float, mode: str = "mean") -> float | None:
+    """The PRH clamp threshold of a model's whole layer stack (one threshold for all its layers);
+    None when nothing is clamped (mode "none" or q >= 1)."""
+    if mode not in CLAMPS:
+        raise ValueError(f"unknown clamp {mode!r} (mean, exact or none)")
+    if mode == "none" or q >= 1:
+        return None
+    if mode == "exact":
+        flat = torch.cat([t.reshape(-1) for t in layers]).abs().sort().values
+        return float(flat[min(int(q * flat.numel()), flat.numel() - 1)])
+    per_sample = torch.cat([t.abs() for t in layers], dim=1)  # (N, sum of D_l): a sample's values
+    return float(row_quantile(per_sample, q).mean())
+
+
+def clamp_layers(layers: list[torch.Tensor], q: float, mode: str = "mean") -> list[torch.Tensor]:
+    """The PRH clamp (`clamp_threshold`), then per-layer L2 normalisation."""
+    thr = clamp_threshold(layers, q, mode)
+    if thr is None:
         return [F.normalize(t, dim=-1) for t in layers]
-    flat = torch.cat([t.reshape(-1) for t in layers]).abs().sort().values
-    q_val = flat[min(int(q * flat.numel()), flat.numel() - 1)]
-    return [F.normalize(t.clamp(-q_val, q_val), dim=-1) for t in layers]
+    return [F.normalize(t.clamp(-thr, thr), dim=-1) for t in layers]
 
 
 def bootstrap_ci(per_sample: np.ndarray, n_boot: int, seed: int = 0) -> tuple[float, float]:
@@ -230,6 +262,7 @@ def alignment(
     feats_b,
     k: int = 10,
     clamp_q: float = 0.95,
+    clamp: str = "mean",
     layers: str = "best",
     n_boot: int = 1000,
     seed: int = 0,
@@ -238,6 +271,7 @@ def alignment(
 ) -> AlignmentScore:
     """PRH alignment between two models' features, (N, D) or (L, N, D) or a list of (N, D_l).
 
+    clamp: "mean" (published), "exact" or "none" (see the module docstring); clamp_q its quantile.
     layers="best": every layer pair, best kept (PRH); "last": the last layer of each.
     The 95% bootstrap interval (over eval samples, neighbourhoods fixed) is given for the
     per-sample metrics (mutual_knn, cycle_knn).
@@ -249,7 +283,7 @@ def alignment(
         raise ValueError(f"sample counts differ: {a[0].size(0)} vs {b[0].size(0)}")
     if a[0].size(0) < k + 1:
         raise ValueError(f"need at least k+1 = {k + 1} samples for {k}-NN, got {a[0].size(0)}")
-    a, b = clamp_layers(a, clamp_q), clamp_layers(b, clamp_q)
+    a, b = clamp_layers(a, clamp_q, clamp), clamp_layers(b, clamp_q, clamp)
     la = range(len(a)) if layers == "best" else [len(a) - 1]
     lb = range(len(b)) if layers == "best" else [len(b) - 1]
     grid = [[float("nan")] * len(b) for _ in range(len(a))]

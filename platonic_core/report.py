@@ -127,6 +127,22 @@ def ablation_table(cells: dict, summary: dict) -> str:
                 f"| {_fmt(r['heldout_residual'])} |"
             )
         lines.append("")
+    sw = summary.get("sweep")
+    if sw:
+        labels = cells["sweep"]["labels"]
+        lines += [
+            f"### Sweep of `{sw['key']}`: mutual {k}-NN, mean [{conf}% t interval] (seed min–max)",
+            "",
+            "| row | model | " + " | ".join(labels) + " |",
+            "|---|---|" + "---|" * len(labels),
+        ]
+        for base, by_col in sw["rows"].items():
+            for col, points in by_col.items():
+                cells_txt = [
+                    f"{_fmt(p)} ({p['min']:.3f}–{p['max']:.3f})" if p["min"] is not None else "–" for p in points
+                ]
+                lines.append(f"| {base} | {col} | " + " | ".join(cells_txt) + " |")
+        lines.append("")
     eff = summary.get("efficiency")
     if eff:
         lines += [
@@ -184,6 +200,37 @@ def ablation_table(cells: dict, summary: dict) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def sweep_plot(cells: dict, sw: dict, path: Path) -> None:
+    """Dose-response: the score at each sweep value, one line per (row, model), mean with its
+    t interval and every seed as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = cells["sweep"]["labels"]
+    x = list(range(len(labels)))
+    fig, ax = plt.subplots(figsize=(1.2 * len(labels) + 3, 3.6), dpi=120)
+    for i, (base, by_col) in enumerate(sw["rows"].items()):
+        for j, (col, points) in enumerate(by_col.items()):
+            shift = (i * len(by_col) + j) * 0.06  # side by side, not on top of each other
+            xs = [v + shift for v in x]
+            means = [p["mean"] for p in points]
+            lo = [p["mean"] - p["ci"][0] if p["ci"][0] is not None else 0 for p in points]
+            hi = [p["ci"][1] - p["mean"] if p["ci"][1] is not None else 0 for p in points]
+            line = ax.errorbar(xs, means, yerr=[lo, hi], marker="o", capsize=3, label=f"{base} · {col}")
+            for xv, p in zip(xs, points, strict=True):
+                ax.scatter([xv] * len(p["per_seed"]), p["per_seed"], s=8, alpha=0.5, color=line[0].get_color())
+    ax.set_xticks(x, labels)
+    ax.set_xlabel(sw["key"])
+    ax.set_ylabel(f"mutual {cells.get('k', 10)}-NN with the image encoder")
+    ax.set_title(f"{cells['name']}: {len(cells['seeds'])} seeds, mean and {int(cells['confidence'] * 100)}% interval")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def curves_plot(cells: dict, eff: dict, path: Path) -> None:

@@ -363,7 +363,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "evaluate",
-            2,
+            3,
             ("evaluate",),
             ("scores.json", "table.md", "alignment.png"),
             evaluate,
@@ -375,8 +375,8 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "curve",
-            1,
-            ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.layers"),
+            2,
+            ("evaluate.image_model", "evaluate.k", "evaluate.clamp_quantile", "evaluate.clamp", "evaluate.layers"),
             ("curve.json",),
             curve,
             "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)",
@@ -559,8 +559,8 @@ COMPARE_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "compare",
-            1,
-            ("k", "clamp_quantile", "layers", "bootstrap", "retrieval"),
+            2,
+            ("k", "clamp_quantile", "clamp", "layers", "bootstrap", "retrieval"),
             ("scores.json", "table.md"),
             compare,
             "mutual kNN of every text x vision model pair per eval set; retrieval",
@@ -602,13 +602,13 @@ def ablation(call: StageCall):
 ABLATE_SPECS: dict[str, StageSpec] = {
     "ablation": StageSpec(
         "ablation",
-        4,
-        ("name", "seeds", "rows", "columns", "efficiency", "scaling", "confidence"),
-        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+        5,
+        ("name", "seeds", "rows", "sweep", "columns", "efficiency", "scaling", "confidence"),
+        ("cells.json", "summary.json", "table.md", "curves.png", "scaling.png", "sweep.png"),
         ablation,
         "the grid summarised: mean ± CI over seeds per cell, retrieval, text-text rotations, "
         "sample efficiency, the scaling-law fit checked on a held-out run",
-        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png"),
+        log_files=("cells.json", "summary.json", "table.md", "curves.png", "scaling.png", "sweep.png"),
     ),
 }
 

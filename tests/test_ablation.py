@@ -199,3 +199,115 @@ def test_efficiency_by_the_first_checkpoint_is_a_lower_bound():
     assert e["seeds_by_first_checkpoint"] == 1 and e["sample_ratio"]["lower_bound"] is True
     assert e["sample_ratio"]["ci"] == [None, None]
     assert e["reference_gain"]["n"] == 3
+
+
+def test_a_sweep_crosses_every_row_with_its_values():
+    sets = [
+        "rows={a: {good_sources: [recap], text_sources: [recap]}, b: {good_sources: [alt, paraphrase], "
+        "text_sources: [alt, paraphrase], set: ['world.alt_junk=0.2']}}",
+        "sweep={key: train.models.good.lam, values: [0.025, 0.05, 0.1], labels: [x0.5, x1, x2]}",
+        "columns=[good]",
+        "efficiency=null",
+        "scaling=null",
+        "seeds=[0, 1]",
+    ]
+    abl, cells = load_ablation("configs/table7.yaml", sets, quick=True)
+    assert sorted({c.row for c in cells}) == ["a@x0.5", "a@x1", "a@x2", "b@x0.5", "b@x1", "b@x2"]
+    assert len(cells) == 6 * 2
+    by = {(c.row, c.seed): c.cfg for c in cells}
+    assert by[("a@x2", 1)].train.models["good"].lam == 0.1 and by[("a@x2", 1)].seed == 1
+    assert by[("b@x0.5", 0)].train.models["good"].lam == 0.025
+    assert by[("b@x1", 0)].world.alt_junk == 0.2 and by[("a@x1", 0)].world.alt_junk != 0.2  # a row's own `set`
+    # the sweep does not touch what it does not set: one world for every cell
+    assert len({c.cfg.world.model_dump_json() for c in cells if c.row.startswith("a@")}) == 1
+
+
+def test_sweep_labels_default_to_the_values_and_must_be_distinct():
+    from platonic.core.config import SweepConfig
+
+    assert SweepConfig(key="dedup.remove", values=[[], ["exact"], ["exact", "near"]]).value_labels() == [
+        "none",
+        "exact",
+        "exact+near",
+    ]
+    with pytest.raises(ValueError, match="labels repeat"):
+        SweepConfig(key="a.b", values=[1, 2], labels=["x", "x"])
+    with pytest.raises(ValueError, match="2 values"):
+        SweepConfig(key="a.b", values=[1, 2], labels=["x"])
+    with pytest.raises(ConfigError, match="reserved"):
+        load_ablation("configs/table7.yaml", ["rows={'a@b': {good_sources: [recap], text_sources: [recap]}}"])
+
+
+def test_sweep_summary_pairs_rows_at_one_dose_and_doses_within_a_row(tmp_path):
+    from platonic.core.ablation import paired_differences, sweep_table
+    from platonic.core.report import ablation_table, sweep_plot
+
+    recs = []
+    for base, slope in (("para", -0.02), ("recap", 0.0)):
+        for i, label in enumerate(["0", "0.5", "1"]):
+            for seed in (0, 1, 2):
+                recs.append(
+                    {
+                        "kind": "grid",
+                        "row": f"{base}@{label}",
+                        "seed": seed,
+                        "column": "good",
+                        "mutual_knn": 0.13 + slope * i + 0.01 * seed,
+                        "t2i_R@1": 0.1,
+                        "heldout_residual": 1.0,
+                        "chance": 0.01,
+                        "n": 512,
+                    }
+                )
+    cells = {
+        "name": "dose",
+        "confidence": 0.95,
+        "seeds": [0, 1, 2],
+        "k": 10,
+        "columns": ["good"],
+        "column_views": {"good": "good"},
+        "rows": {r: r for r in ["para@0", "para@0.5", "para@1", "recap@0", "recap@0.5", "recap@1"]},
+        "sweep": {
+            "key": "world.alt_nonvisual",
+            "values": [0, 0.5, 1],
+            "labels": ["0", "0.5", "1"],
+            "rows": ["para", "recap"],
+        },
+        "records": recs,
+    }
+    sw = sweep_table(cells)
+    para = sw["rows"]["para"]["good"]
+    assert [p["mean"] for p in para] == pytest.approx([0.14, 0.12, 0.10])
+    assert para[2]["min"] == pytest.approx(0.09) and para[2]["max"] == pytest.approx(0.11)
+    diffs = {(d["a"][0], d["b"][0]): d for d in paired_differences(cells) if d["kind"] == "positives"}
+    # rows at one dose, and each row's doses against its first: not every pair of the 6 rows
+    assert set(diffs) == {
+        ("para@0", "para@0.5"),
+        ("para@0", "para@1"),
+        ("recap@0", "recap@0.5"),
+        ("recap@0", "recap@1"),
+        ("para@0", "recap@0"),
+        ("para@0.5", "recap@0.5"),
+        ("para@1", "recap@1"),
+    }
+    assert diffs[("para@1", "recap@1")]["mean"] == pytest.approx(-0.04) and diffs[("para@1", "recap@1")][
+        "std"
+    ] == pytest.approx(0, abs=1e-12)
+    sweep_plot(cells, sw, tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+    table = ablation_table(cells, {"table": grid_table(cells), "sweep": sw, "differences": []})
+    assert "Sweep of `world.alt_nonvisual`" in table and "0.100" in table
+
+
+def test_grid_metrics_are_names_mlflow_accepts():
+    from mlflow.utils.validation import _validate_metric_name
+
+    from platonic.core.ablation import grid_metrics
+
+    summary = {
+        "table": {"mutual_knn": {"r@exact+near": {"good": {"mean": 0.1}}, "r@LeJEPA 0.02": {"good": {"mean": 0.2}}}}
+    }
+    metrics = grid_metrics(summary)
+    assert metrics == {"mutual_knn/r:exact_near/good": 0.1, "mutual_knn/r:LeJEPA 0.02/good": 0.2}
+    for name in metrics:
+        _validate_metric_name(name)

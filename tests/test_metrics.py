@@ -14,6 +14,7 @@ from platonic.core.metrics import (
     as_layers,
     bootstrap_ci,
     clamp_layers,
+    clamp_threshold,
     knn_indices,
     mutual_knn,
     mutual_knn_per_sample,
@@ -104,13 +105,13 @@ def test_clamp_uses_one_threshold_over_all_layers():
     l0 = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     l1 = torch.tensor([[10.0, -20.0], [30.0, 40.0]])
     # |values| sorted: [1, 2, 3, 4, 10, 20, 30, 40]; int(0.5 * 8) = 4 -> threshold 10
-    out0, out1 = clamp_layers([l0, l1], q=0.5)
+    out0, out1 = clamp_layers([l0, l1], q=0.5, mode="exact")
     assert torch.allclose(out0, F.normalize(l0, dim=-1))  # all below 10: untouched
     expected1 = F.normalize(torch.tensor([[10.0, -10.0], [10.0, 10.0]]), dim=-1)
     assert torch.allclose(out1, expected1)
     # per-layer thresholds would differ: layer 0's own is 3 (row [3, 4] -> [3, 3]) and
     # layer 1's own is 30 (row [10, -20] untouched); both results differ from the above
-    per0, per1 = clamp_layers([l0], 0.5)[0], clamp_layers([l1], 0.5)[0]
+    per0, per1 = clamp_layers([l0], 0.5, "exact")[0], clamp_layers([l1], 0.5, "exact")[0]
     assert torch.allclose(per0[1], F.normalize(torch.tensor([3.0, 3.0]), dim=0))
     assert torch.allclose(per1[0], F.normalize(torch.tensor([10.0, -20.0]), dim=0))
     assert not torch.allclose(out0, per0) and not torch.allclose(out1, per1)
@@ -123,7 +124,7 @@ def test_clamp_threshold_is_the_exact_sorted_value():
     flat = np.sort(np.abs(np.concatenate([t.numpy().ravel() for t in layers])))  # 240 values
     thr = float(flat[int(q * flat.size)])  # the 228-th (0-based) sorted |value|
     expected = [F.normalize(t.clamp(-thr, thr), dim=-1) for t in layers]
-    got = clamp_layers(layers, q)
+    got = clamp_layers(layers, q, "exact")
     for g, e in zip(got, expected, strict=True):
         assert torch.allclose(g, e, atol=1e-7)
     # exactly the values above the threshold were changed
@@ -132,6 +133,40 @@ def test_clamp_threshold_is_the_exact_sorted_value():
     # q >= 1: no clamp, only normalisation
     for g, t in zip(clamp_layers(layers, 1.0), layers, strict=True):
         assert torch.allclose(g, F.normalize(t, dim=-1))
+
+
+def test_mean_clamp_is_the_published_one_by_hand():
+    # platonic-rep with --precise off: per sample, the q-quantile of |x| over all its layers
+    # (linear interpolation), then the mean over samples; one threshold for every layer
+    l0 = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    l1 = torch.tensor([[10.0, 20.0, -30.0], [0.5, 0.0, -1.0]])
+    # sample 0: |x| = [1, 2, 10, 20, 30]; q = 0.5 -> position 2.0 -> 10
+    # sample 1: |x| = [3, 4, 0.5, 0, 1] -> sorted [0, 0.5, 1, 3, 4] -> 1
+    # threshold (10 + 1) / 2 = 5.5
+    assert clamp_threshold([l0, l1], 0.5, "mean") == pytest.approx(5.5)
+    # q = 0.75 -> position 3.0: sample 0 -> 20, sample 1 -> 3; mean 11.5
+    assert clamp_threshold([l0, l1], 0.75, "mean") == pytest.approx(11.5)
+    # q = 0.6 -> position 2.4: sample 0 -> 10 + 0.4 * 10 = 14; sample 1 -> 1 + 0.4 * 2 = 1.8
+    assert clamp_threshold([l0, l1], 0.6, "mean") == pytest.approx(7.9)
+    out0, out1 = clamp_layers([l0, l1], 0.5, "mean")
+    assert torch.allclose(out0, F.normalize(torch.tensor([[1.0, -2.0], [3.0, 4.0]]), dim=-1))
+    assert torch.allclose(out1[0], F.normalize(torch.tensor([5.5, 5.5, -5.5]), dim=0))
+    # the global sorted quantile is a different number: 10 values, int(0.5 * 10) = 5 -> 3.0
+    assert clamp_threshold([l0, l1], 0.5, "exact") == pytest.approx(3.0)
+    assert clamp_threshold([l0, l1], 0.5, "none") is None
+    with pytest.raises(ValueError, match="unknown clamp"):
+        clamp_threshold([l0], 0.5, "median")
+
+
+def test_mean_clamp_matches_torch_quantile_on_random_features():
+    torch.manual_seed(5)
+    layers = [torch.randn(40, 6) * 2, torch.randn(40, 9)]
+    stacked = torch.cat(layers, dim=1).abs()  # (N, L·D) as platonic-rep flattens (N, L, D)
+    expected = torch.quantile(stacked, 0.95, dim=1).mean().item()
+    assert clamp_threshold(layers, 0.95, "mean") == pytest.approx(expected, rel=1e-6)
+    a, b = torch.randn(40, 6), torch.randn(40, 5)
+    mean, exact = (alignment(a, b, k=5, clamp=c, n_boot=0).score for c in ("mean", "exact"))
+    assert 0 <= mean <= 1 and 0 <= exact <= 1  # both defined; they may or may not differ
 
 
 def test_best_layer_pair_is_found():
