@@ -57,6 +57,15 @@ class WorldConfig(Section):
     alt_object_keep: float = Field(0.6, gt=0, le=1)
     alt_attribute_drop: float = Field(0.35, ge=0, lt=1)
     alt_junk: float = Field(0.5, ge=0, le=1)
+    # alt-texts as the web writes them (world/captions.py; 0 = off, the world as before):
+    # the share written in the page's register (brand/place/event words of the scene's theme, no
+    # attribute word), and the probability that an attribute an alt-text states is wrong
+    alt_nonvisual: float = Field(0.0, ge=0, le=1)
+    alt_wrong: float = Field(0.0, ge=0, le=1)
+    # WIT-like eval captions (0 = complete captions): the share that mention only part of the
+    # scene (at the alt-text's drop rates), and the share with the scene's context added
+    eval_partial: float = Field(0.0, ge=0, le=1)
+    eval_nonvisual: float = Field(0.0, ge=0, le=1)
     # contamination, as the paper found WIT captions among DataComp alt-texts: this fraction
     # of eval captions reappears (case/punctuation/spacing changed) as training alt-texts
     eval_leak: float = Field(0.04, ge=0, le=1)
