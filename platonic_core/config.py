@@ -11,7 +11,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -308,6 +308,13 @@ class ModelConfig(Section):
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)
     proj_dim: int = Field(64, ge=2)
+    # the JEPA projector MLP (Linear -> BatchNorm -> act per hidden size, then Linear to
+    # proj_dim; models/presets.py). `custom`: `proj_hidden` (None = one layer of 2·width, the
+    # small head the demo was tuned with) and `proj_act` (None = gelu); `lejepa`: LeJEPA's
+    # reference head, 2048-2048 with ReLU, and then proj_hidden / proj_act stay unset.
+    projector: Literal["custom", "lejepa"] = "custom"
+    proj_hidden: list[Annotated[int, Field(ge=1)]] | None = None
+    proj_act: Literal["gelu", "relu"] | None = None
     # transformers attention kernel: "eager" is faster on a CPU at small head sizes,
     # "sdpa" on a GPU
     attention: Literal["eager", "sdpa"] = "eager"
@@ -363,6 +370,13 @@ class ModelConfig(Section):
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
         if self.preset != "custom" and self.kind == "image_jepa":
             raise ValueError("presets are text model sizes; the image model is `custom`")
+        if self.projector != "custom" and (self.proj_hidden is not None or self.proj_act is not None):
+            raise ValueError(
+                f"projector {self.projector!r} fixes the hidden sizes and activation; "
+                "set projector: custom to choose proj_hidden / proj_act"
+            )
+        if self.kind == "causal_lm" and (self.projector != "custom" or self.proj_hidden is not None or self.proj_act):
+            raise ValueError("projector, proj_hidden and proj_act are for JEPAs; a causal_lm has no projector")
         per_micro = self.nproc * self.grad_accum
         if self.batch_size % per_micro:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by nproc x grad_accum = {per_micro}")

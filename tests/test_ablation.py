@@ -345,3 +345,46 @@ def test_the_alttext_dose_recipe_sweeps_the_non_visual_share():
                 assert para.world == w0 and para.world.alt_wrong == 0 and para.world.eval_partial == 0
         if quick:
             assert cells[0].cfg.world.n_train < 12000 and cells[0].cfg.train.models["good"].steps < 450
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_lambda_recipe_sweeps_the_good_view_lam_only(quick):
+    abl, cells = load_ablation("configs/lambda.yaml", quick=quick)
+    assert abl.columns == ["good"] and abl.efficiency is None and abl.scaling is None and len(abl.seeds) >= 3
+    labels = ["LeJEPA 0.02", "x0.5", "x1", "x2", "x4"]
+    assert abl.sweep.value_labels() == labels and abl.sweep.values == sorted(abl.sweep.values)
+    assert sorted({c.row for c in cells}) == sorted(f"recaptions@{lab}" for lab in labels)
+    assert len(cells) == len(labels) * len(abl.seeds) and all(c.kind == "grid" for c in cells)
+    lam = {(c.row.split("@")[1], c.seed): c.cfg.train.models["good"].lam for c in cells}
+    demo = load_ablation("configs/table7.yaml")[1][0].cfg.train.models["good"].lam
+    assert demo == 0.05
+    for s in abl.seeds:
+        assert [lam[(lab, s)] for lab in labels] == [0.02, demo / 2, demo, 2 * demo, 4 * demo]
+    # λ is the only thing that differs within a seed: the image encoder and the views are shared
+    for s in abl.seeds:
+        same_seed = [c.cfg for c in cells if c.seed == s]
+        assert len({c.train.models["image"].model_dump_json() for c in same_seed}) == 1
+        dumped = {c.model_copy(update={"train": None}).model_dump_json() for c in same_seed}
+        assert len(dumped) == 1
+        good = [c.train.models["good"].model_copy(update={"lam": 0}) for c in same_seed]
+        assert len({g.model_dump_json() for g in good}) == 1
+    assert all(c.cfg.evaluate.text_models == ["good"] and c.cfg.views.good_sources == ["recap"] for c in cells)
+    assert all((c.cfg.world.n_train == 3000) == quick for c in cells)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_contamination_recipe_sweeps_what_dedup_removes(quick):
+    abl, cells = load_ablation("configs/contamination.yaml", quick=quick)
+    assert abl.columns == ["good"] and len(abl.seeds) >= 3
+    labels = ["none", "exact", "exact+near"]
+    assert len(cells) == len(abl.rows) * len(labels) * len(abl.seeds)
+    for c in cells:
+        row, label = c.row.split("@")
+        # leaked captions enter training only through alt-texts (and their paraphrases)
+        assert "alt" in c.cfg.views.good_sources and row in abl.rows
+        assert c.cfg.dedup.remove == {"none": [], "exact": ["exact"], "exact+near": ["exact", "near"]}[label]
+        assert c.cfg.dedup.levels == ["exact", "near"] and c.cfg.dedup.enabled
+        assert c.cfg.world.eval_leak > 0  # there is something to remove
+    # the world (and its leak) and the image encoder do not depend on what dedup removes
+    assert len({c.cfg.world.model_dump_json() for c in cells}) == 1
+    assert len({c.cfg.train.models["image"].model_dump_json() for c in cells}) == 1

@@ -4,6 +4,9 @@
 - causal_lm: a GPT-2 of the same width/depth (transformers GPT2LMHeadModel)
 - image_jepa: a small CNN + projector
 
+The projector (both JEPAs) is a BatchNorm MLP whose shape is config too: `projector`
+(`custom` or the `lejepa` preset), `proj_hidden`, `proj_act`, `proj_dim` (presets.py).
+
 Every model exposes `layer_features(...) -> list[(B, D_l)]`: one pooled representation per
 layer (embeddings first), which the evaluation compares layer pair by layer pair (PRH).
 """
@@ -18,7 +21,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from .image import ImageEncoder
-from .presets import PRESETS, resolve_dims
+from .presets import PRESETS, PROJECTOR_PRESETS, resolve_dims, resolve_projector
 from .text import CausalLM, TextEncoder
 
 if TYPE_CHECKING:
@@ -26,7 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PRESETS",
+    "PROJECTOR_PRESETS",
     "resolve_dims",
+    "resolve_projector",
     "build_model",
     "save_checkpoint",
     "load_checkpoint",
@@ -45,13 +50,18 @@ def build_model(
 ) -> torch.nn.Module:
     """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout."""
     layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
-    if cfg.kind == "text_jepa":
-        return TextEncoder(vocab_size, width, layers, heads, cfg.proj_dim, max_len, cfg.attention, special_ids)
     if cfg.kind == "causal_lm":
         return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids, cfg.tie_embeddings)
-    if cfg.kind == "image_jepa":
-        return ImageEncoder(cfg.width, cfg.proj_dim, image_size)
-    raise ValueError(f"unknown model kind {cfg.kind!r}")
+    if cfg.kind not in ("text_jepa", "image_jepa"):
+        raise ValueError(f"unknown model kind {cfg.kind!r}")
+    # the image model's width is the recipe's own (presets are text sizes)
+    proj_in = width if cfg.kind == "text_jepa" else cfg.width
+    proj = resolve_projector(cfg.projector, proj_in, cfg.proj_hidden, cfg.proj_act)
+    if cfg.kind == "text_jepa":
+        return TextEncoder(
+            vocab_size, width, layers, heads, cfg.proj_dim, max_len, cfg.attention, special_ids, proj.hidden, proj.act
+        )
+    return ImageEncoder(cfg.width, cfg.proj_dim, image_size, proj.hidden, proj.act)
 
 
 def save_checkpoint(model: torch.nn.Module, build_args: dict, out: Path) -> None:

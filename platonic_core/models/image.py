@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -13,7 +15,14 @@ def _block(cin: int, cout: int, stride: int) -> nn.Sequential:
 
 
 class ImageEncoder(nn.Module):
-    def __init__(self, width: int, proj_dim: int, image_size: int = 32):
+    def __init__(
+        self,
+        width: int,
+        proj_dim: int,
+        image_size: int = 32,
+        proj_hidden: Sequence[int] | None = None,
+        proj_act: str = "gelu",
+    ):
         super().__init__()
         c = max(16, width // 4)
         self.blocks = nn.ModuleList(
@@ -26,7 +35,7 @@ class ImageEncoder(nn.Module):
         side = image_size // 4
         # position matters in the world, so the head sees the spatial map, not a global pool
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * c * side * side, width))
-        self.proj = projector(width, proj_dim)
+        self.proj = projector(width, proj_dim, proj_hidden, proj_act)
 
     @staticmethod
     def prepare(images: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,15 @@
-"""The JEPA projector: MLP with BatchNorm (LeJEPA reference)."""
+"""The JEPA projector: an MLP with BatchNorm, its shape from the recipe (`projector`,
+`proj_hidden`, `proj_act`; presets in presets.py).
+
+The default (`projector: custom`, nothing else set) is this project's small head,
+Linear(width, 2·width) -> BatchNorm -> GELU -> Linear(2·width, proj_dim), sized for the tiny
+demo models. LeJEPA's reference head is larger: `projector: lejepa`, two hidden layers of
+2048 with BatchNorm and ReLU.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -37,6 +46,23 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
         return y.to(x.dtype)
 
 
-def projector(width: int, out_dim: int, hidden: int | None = None) -> nn.Sequential:
-    hidden = hidden or 2 * width
-    return nn.Sequential(nn.Linear(width, hidden), GlobalBatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out_dim))
+ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
+
+
+def projector(width: int, out_dim: int, hidden: Sequence[int] | None = None, act: str = "gelu") -> nn.Sequential:
+    """Linear -> BatchNorm -> `act` for each size in `hidden`, then Linear to `out_dim`
+    (torchvision's MLP layout with BatchNorm, as LeJEPA builds it, without its p=0 dropouts).
+    `hidden` None: one layer of 2·width. The layers are created in this order so the default
+    draws the same initial weights as before this was configurable."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"unknown projector activation {act!r}; activations: {', '.join(ACTIVATIONS)}")
+    sizes = list(hidden) if hidden is not None else [2 * width]
+    if any(h < 1 for h in sizes):
+        raise ValueError(f"projector hidden sizes must be >= 1 (got {sizes})")
+    layers: list[nn.Module] = []
+    d = width
+    for h in sizes:
+        layers += [nn.Linear(d, h), GlobalBatchNorm1d(h), ACTIVATIONS[act]()]
+        d = h
+    layers.append(nn.Linear(d, out_dim))
+    return nn.Sequential(*layers)

@@ -6,6 +6,8 @@ loads `bert-base-uncased`-sized presets later.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
@@ -27,6 +29,8 @@ class TextEncoder(nn.Module):
         max_len: int,
         attention: str = "eager",
         special_ids: dict[str, int] | None = None,
+        proj_hidden: Sequence[int] | None = None,
+        proj_act: str = "gelu",
     ):
         super().__init__()
         sp = special_ids or {}
@@ -45,7 +49,7 @@ class TextEncoder(nn.Module):
             ),
             add_pooling_layer=False,
         )
-        self.proj = projector(width, proj_dim)
+        self.proj = projector(width, proj_dim, proj_hidden, proj_act)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, D)
