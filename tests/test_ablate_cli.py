@@ -78,7 +78,9 @@ def test_shared_stages_were_computed_once(quick):
     n = {s: len(list((store / s).glob("*/manifest.json"))) for s in ("world", "ingest", "positives", "dedup", "views")}
     # the web row's world differs in its alt-texts (its own `set`): one more world and its stages
     assert n == {"world": 2, "ingest": 2, "positives": 2, "dedup": 2, "views": 4}, n  # views: one per row
-    assert len(list((store / "train" / "image").glob("*/manifest.json"))) == 2  # one image model per seed
+    # one image model per seed and world: its key covers the world's digest, alt-texts included,
+    # so the web row's world trains it again (byte-identical weights; docs/results.md)
+    assert len(list((store / "train" / "image").glob("*/manifest.json"))) == 2 * 2
 
 
 def test_efficiency_rotation_and_scaling_are_reported(quick):
