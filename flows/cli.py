@@ -99,6 +99,7 @@ def print_summary(results: dict) -> None:
             "mutual kNN",
             "95% CI",
             "layers",
+            "of ceiling",
             "rotation R@1 t→i / i→t",
             "residual",
             "train run",
@@ -113,12 +114,21 @@ def print_summary(results: dict) -> None:
                 f"{s['mutual_knn']:.4f}",
                 f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]",
                 f"{s['layer_a']}, {s['layer_b']}",
+                f"{s['fraction_of_ceiling']:.3f}" if "fraction_of_ceiling" in s else "–",
                 f"{r.get('t2i_R@1', float('nan')):.3f} / {r.get('i2t_R@1', float('nan')):.3f}",
                 f"{r.get('heldout_residual', float('nan')):.3f}",
                 s["train_run_id"][:12],
             )
         con.print(t)
         con.print(f"ordering: {' > '.join(results['ordering'])}")
+        for name in results["ordering"]:
+            c = results["models"][name].get("curve")
+            if c and c[0]["steps"] == 0:
+                pts = " → ".join(f"{p['mutual_knn']:.4f}" for p in c)
+                con.print(f"{name} along its run (steps {c[0]['steps']} … {c[-1]['steps']}): {pts}")
+        if results.get("ceilings"):
+            oracles = ", ".join(f"{k} {v:.4f}" for k, v in results["ceilings"].items())
+            con.print(f"oracles:  {oracles}   (ceiling: learned; docs/method.md)")
     con.print(f"results:        {results['output_dir']}/results.json")
     con.print(f"MLflow run id:  {results['run_id']}")
     uri = results["tracking_uri"]

@@ -98,10 +98,12 @@ def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext
                 "n": scores["n"],
                 "chance": scores["chance"],
                 "image_model": scores["image_model"],
+                "ceilings": scores.get("ceilings", {}),
             }
         )
         results["models"] = {
             name: {k: v for k, v in s.items() if k != "per_layer"}
+            | {"per_layer_best": [max(row) for row in s["per_layer"]]}
             | {
                 "kind": cfg.train.models[name].kind,
                 "views": cfg.train.models[name].views,
@@ -110,6 +112,11 @@ def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext
             }
             for name, s in scores["models"].items()
         }
+        for name, r in results["models"].items():
+            if f"curve:{name}" in m:  # alignment along the run, from its initial weights (step 0)
+                pts = json.loads((m[f"curve:{name}"].path / "curve.json").read_text())["points"]
+                r["curve"] = [{k: p[k] for k in ("steps", "samples", "mutual_knn")} for p in pts]
+                r["gain_over_init"] = pts[-1]["mutual_knn"] - pts[0]["mutual_knn"] if pts[0]["steps"] == 0 else None
         results["ordering"] = sorted(results["models"], key=lambda n: -results["models"][n]["mutual_knn"])
         files = {f: ev.path / f for f in ("table.md", "alignment.png")}
     publish(ctx, results, files)

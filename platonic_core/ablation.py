@@ -175,8 +175,10 @@ def cell_records(results: list[CellResult]) -> list[dict]:
                     "column": m,
                     "steps": mcfg.total_steps,
                     "samples": mcfg.total_steps * mcfg.batch_size,
-                    "texts_per_sample": mcfg.n_views if mcfg.views == "good" else 1,
+                    "texts_per_sample": mcfg.n_views if mcfg.views in ("good", "documents") else 1,
                     "mutual_knn": s["mutual_knn"],
+                    "fraction_of_ceiling": s.get("fraction_of_ceiling"),
+                    "ceiling": scores.get("ceilings", {}).get("learned"),
                     "ci95_eval": s["ci95"],
                     "layer_a": s["layer_a"],
                     "layer_b": s["layer_b"],
@@ -199,10 +201,13 @@ def grid_table(cells: dict) -> dict:
     conf = cells["confidence"]
     grid = [r for r in cells["records"] if r["kind"] == "grid"]
     out: dict = {}
-    for metric in ("mutual_knn", "t2i_R@1", "heldout_residual"):
+    for metric in ("mutual_knn", "fraction_of_ceiling", "t2i_R@1", "heldout_residual"):
         out[metric] = {
             row: {
-                col: mean_ci([r[metric] for r in grid if r["row"] == row and r["column"] == col], conf)
+                col: mean_ci(
+                    [r[metric] for r in grid if r["row"] == row and r["column"] == col and r.get(metric) is not None],
+                    conf,
+                )
                 for col in cells["columns"]
             }
             for row in cells["rows"]
@@ -298,7 +303,7 @@ def _sources(abl: AblationConfig, row: str, col: str, by: dict) -> list[str]:
     """The text kinds a column's model reads in a row."""
     views = by[(row, abl.seeds[0])].cell.cfg.train.models[col].views
     r = cell_rows(abl.rows, abl.sweep)[row]
-    return list(r.good_sources if views == "good" else r.text_sources)
+    return list(r.good_sources if views in ("good", "documents") else r.text_sources)
 
 
 def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
@@ -321,10 +326,10 @@ def efficiency(abl: AblationConfig, records: list[dict]) -> dict:
             ref, mod = cur[eff.reference]["curve"], cur[eff.model]["curve"]
             target = ref["points"][-1]["mutual_knn"]
             # did the reference learn anything the untrained encoder did not have? If its final
-            # score is no better than its first checkpoint, "samples to reach it" measures the
-            # initialisation, not learning
+            # score is no better than at initialisation (step 0; older curves: their first
+            # checkpoint), "samples to reach it" measures the initialisation, not learning
             reference_gain = target - ref["points"][0]["mutual_knn"]
-            pts = mod["points"]
+            pts = [p for p in mod["points"] if p["samples"] > 0]  # log samples: the trained points
             needed, status = samples_to_reach([p["samples"] for p in pts], [p["mutual_knn"] for p in pts], target)
             ratio = ref["points"][-1]["samples"] / needed if needed else None
             per_seed.append(

@@ -57,6 +57,15 @@ class WorldConfig(Section):
     alt_object_keep: float = Field(0.6, gt=0, le=1)
     alt_attribute_drop: float = Field(0.35, ge=0, lt=1)
     alt_junk: float = Field(0.5, ge=0, le=1)
+    # alt-texts as the web writes them (world/captions.py; 0 = off, the world as before):
+    # the share written in the page's register (brand/place/event words of the scene's theme, no
+    # attribute word), and the probability that an attribute an alt-text states is wrong
+    alt_nonvisual: float = Field(0.0, ge=0, le=1)
+    alt_wrong: float = Field(0.0, ge=0, le=1)
+    # WIT-like eval captions (0 = complete captions): the share that mention only part of the
+    # scene (at the alt-text's drop rates), and the share with the scene's context added
+    eval_partial: float = Field(0.0, ge=0, le=1)
+    eval_nonvisual: float = Field(0.0, ge=0, le=1)
     # contamination, as the paper found WIT captions among DataComp alt-texts: this fraction
     # of eval captions reappears (case/punctuation/spacing changed) as training alt-texts
     eval_leak: float = Field(0.04, ge=0, le=1)
@@ -291,7 +300,10 @@ class ModelConfig(Section):
     """One model to train. `kind` picks the objective and architecture family."""
 
     kind: Literal["text_jepa", "causal_lm", "image_jepa"]
-    views: Literal["good", "bad", "text", "renders"] = "good"
+    # good: n_views texts of one image; bad: masked copies of one text; text: one text (the causal
+    # LM); documents: n_views texts of one image concatenated into one sequence, as a web page
+    # holds several descriptions of one image (the causal LM); renders: the image model
+    views: Literal["good", "bad", "text", "documents", "renders"] = "good"
     width: int = Field(96, ge=8)
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)
@@ -338,6 +350,9 @@ class ModelConfig(Section):
     nproc: int = Field(1, ge=1)
     # write a resumable checkpoint every this many samples (0 = never)
     checkpoint_every: int = Field(0, ge=0)
+    # the causal LM's output layer shares the input embeddings (GPT-2's default); untied, the
+    # input embeddings need not make interchangeable words (all colours) alike
+    tie_embeddings: bool = True
     # memory: tokenise every text up front; stream: read Parquet row groups as needed
     data: Literal["memory", "stream"] = "memory"
 
@@ -348,7 +363,7 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _check_views(self) -> ModelConfig:
-        allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text"}, "image_jepa": {"renders"}}
+        allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text", "documents"}, "image_jepa": {"renders"}}
         if self.views not in allowed[self.kind]:
             raise ValueError(f"kind {self.kind!r} trains on views {sorted(allowed[self.kind])}, not {self.views!r}")
         if self.width % self.heads:
@@ -367,6 +382,8 @@ class ModelConfig(Section):
             raise ValueError(f"batch_size {self.batch_size} is not divisible by nproc x grad_accum = {per_micro}")
         if self.data == "stream" and self.kind == "image_jepa":
             raise ValueError("data: stream reads views shards; the image model trains on renders in memory")
+        if self.data == "stream" and self.views == "documents":
+            raise ValueError("views: documents are assembled in memory (data: memory)")
         if self.snapshots and self.kind == "image_jepa":
             raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
         if self.snapshots > self.total_steps:
@@ -395,6 +412,18 @@ class EmbedConfig(Section):
     layer: int | None = None
 
 
+class CeilingConfig(Section):
+    """Oracle text features of the world's ground truth, scored like the models
+    (platonic_core/ceiling.py). Synthetic world only; `oracles: []` turns the stage off."""
+
+    oracles: list[Literal["attributes", "learned", "render"]] = ["attributes", "learned", "render"]
+    draws: int = Field(10, ge=1)  # jitter draws that break the discrete oracle's exact ties
+    jitter: float = Field(1e-3, gt=0)
+    hidden: int = Field(256, ge=1)  # the learned ceiling's MLP: two hidden layers
+    epochs: int = Field(30, ge=1)
+    seed: int = 0
+
+
 class EvaluateConfig(Section):
     image_model: str = "image"
     text_models: list[str] = ["good", "ntp", "bad"]
@@ -405,6 +434,7 @@ class EvaluateConfig(Section):
     clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
     bootstrap: int = Field(1000, ge=0)
+    ceiling: CeilingConfig = CeilingConfig()
 
 
 class ServicesConfig(Section):

@@ -39,7 +39,10 @@ def run_evaluate(
     out: Path,
     labels: dict[str, str] | None = None,
     views: dict[str, str] | None = None,
+    ceiling_dir: Path | None = None,
 ) -> dict:
+    """Score every text model against the image model; with a ceiling artifact (the synthetic
+    world), each score also as a fraction of the learned ceiling (ceiling.py)."""
     ids = {m: pq.read_table(d / "ids.parquet")["image_id"].to_pylist() for m, d in embeds.items()}
     ref = ids[cfg.image_model]
     for m, i in ids.items():
@@ -58,6 +61,13 @@ def run_evaluate(
             "procrustes": rotation_fit(text[s.layer_a], image[s.layer_b]),
         }
     chance = cfg.k / (len(ref) - 1)
+    ceilings = {}
+    if ceiling_dir is not None:
+        oracles = json.loads((ceiling_dir / "ceiling.json").read_text())["oracles"]
+        ceilings = {name: o["mutual_knn"] for name, o in oracles.items() if o.get("mutual_knn") is not None}
+        if "learned" in ceilings:
+            for s in scores.values():
+                s["fraction_of_ceiling"] = s["mutual_knn"] / ceilings["learned"]
     result = {
         "metric": "mutual_knn",
         "k": cfg.k,
@@ -65,13 +75,22 @@ def run_evaluate(
         "n": len(ref),
         "chance": chance,
         "models": scores,
+        "ceilings": ceilings,  # oracle name -> its score; "learned" is the ceiling (ceiling.py)
         "labels": labels or {},
         "views": views or {},
     }
     (out / "scores.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(alignment_table(result))
     alignment_plot(result, out / "alignment.png")
-    return {f"mutual_knn_{m}": s["mutual_knn"] for m, s in scores.items()} | {"chance": chance, "n": len(ref)}
+    fractions = {
+        f"fraction_of_ceiling_{m}": s["fraction_of_ceiling"] for m, s in scores.items() if "fraction_of_ceiling" in s
+    }
+    return (
+        {f"mutual_knn_{m}": s["mutual_knn"] for m, s in scores.items()}
+        | fractions
+        | {f"ceiling_{name}": v for name, v in ceilings.items()}
+        | {"chance": chance, "n": len(ref)}
+    )
 
 
 def run_curve(
@@ -116,7 +135,7 @@ def run_curve(
                 "layer_b": s.layer_b,
             }
         )
-    texts_per_sample = model_cfg.n_views if model_cfg.kind == "text_jepa" and model_cfg.views == "good" else 1
+    texts_per_sample = model_cfg.n_views if model_cfg.views in ("good", "documents") else 1
     curve = {
         "kind": model_cfg.kind,
         "views": model_cfg.views,

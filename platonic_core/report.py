@@ -4,27 +4,53 @@ from __future__ import annotations
 
 from pathlib import Path
 
+ORACLES = {
+    "learned": "an MLP fitted on training scenes to predict the image features from the whole scene: the ceiling",
+    "attributes": "the bag of true attributes (a perfect bag of words: no binding), ties broken by jitter",
+    "render": "the image encoder against itself on a second render of each scene",
+}
+
 
 def alignment_table(result: dict) -> str:
-    """Markdown table: one row per text model, mutual kNN with a 95% CI and the layer pair."""
+    """Markdown: one row per text model (mutual kNN with a 95% CI, the layer pair, its fraction
+    of the learned ceiling when there is one, the rotation), the oracles, and every text
+    layer's best score."""
     labels = result.get("labels", {})
+    ceilings = result.get("ceilings") or {}
+    frac_head, frac_rule = ("| of the ceiling ", "---|") if "learned" in ceilings else ("", "")
     lines = [
         f"| model | mutual {result['k']}-NN with `{result['image_model']}` | 95% CI | layers (text, image) "
-        "| rotation: t→i R@1 | i→t R@1 | held-out residual |",
-        "|---|---|---|---|---|---|---|",
+        f"{frac_head}| rotation: t→i R@1 | i→t R@1 | held-out residual |",
+        "|---|---|---|---|" + frac_rule + "---|---|---|",
     ]
     for m, s in sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"]):
         name = f"{m} ({labels[m]})" if m in labels else m
         r = s.get("procrustes", {})
         rot = f"{r['t2i_R@1']:.3f} | {r['i2t_R@1']:.3f} | {r['heldout_residual']:.3f}" if r else " | | "
+        frac = f"| {s['fraction_of_ceiling']:.3f} " if frac_head else ""
         lines.append(
             f"| {name} | {s['mutual_knn']:.4f} | [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}] "
-            f"| {s['layer_a']}, {s['layer_b']} | {rot} |"
+            f"| {s['layer_a']}, {s['layer_b']} {frac}| {rot} |"
         )
     lines.append(
-        f"| chance / unrelated | {result['chance']:.4f} (k/(N−1)) | | | {2 / result['n']:.4f} (2/N) "
-        f"| {2 / result['n']:.4f} | ≈1.414 (√2) |"
+        f"| chance / unrelated | {result['chance']:.4f} (k/(N−1)) | | {'| ' if frac_head else ''}"
+        f"| {2 / result['n']:.4f} (2/N) | {2 / result['n']:.4f} | ≈1.414 (√2) |"
     )
+    if ceilings:
+        lines += ["", "| oracle (ceiling.py) | mutual kNN | what it is |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.4f} | {ORACLES.get(k, '')} |" for k, v in ceilings.items()]
+    width = max(len(s["per_layer"]) for s in result["models"].values())
+    lines += [
+        "",
+        "Each text layer's best score over the image layers (layer 0: the embeddings; bold: the best).",
+        "",
+        "| model | " + " | ".join(f"layer {i}" for i in range(width)) + " |",
+        "|---|" + "---|" * width,
+    ]
+    for m, s in sorted(result["models"].items()):
+        best = [max(row) for row in s["per_layer"]]
+        cells = [f"**{v:.4f}**" if i == s["layer_a"] else f"{v:.4f}" for i, v in enumerate(best)]
+        lines.append(f"| {m} | " + " | ".join(cells + [""] * (width - len(cells))) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -42,13 +68,17 @@ def alignment_plot(result: dict, path: Path) -> None:
         [s["ci95"][1] - v for v, (_, s) in zip(vals, items, strict=True)],
     ]
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
-    palette = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}  # by training views
+    palette = {"good": "#3b7dd8", "text": "#e0a030", "documents": "#e0a030", "bad": "#c0504d"}  # by views
     views = result.get("views", {})
     ax.bar(names, vals, yerr=err, capsize=4, color=[palette.get(views.get(n, ""), "#777777") for n in names])
     ax.axhline(result["chance"], ls="--", c="k", lw=1, label="chance")
+    styles = {"learned": ("-.", "#2a8a4a"), "attributes": (":", "#6a3d9a"), "render": ("--", "#999999")}
+    for name, v in (result.get("ceilings") or {}).items():
+        ls, c = styles.get(name, (":", "#444444"))
+        ax.axhline(v, ls=ls, c=c, lw=1, label=f"{name} oracle ({v:.2f})")
     ax.set_ylabel(f"mutual {result['k']}-NN with {result['image_model']}")
     ax.set_title(f"text-image alignment (N={result['n']}, 95% CI)")
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -56,8 +86,8 @@ def alignment_plot(result: dict, path: Path) -> None:
 
 # ---- the ablation grid ------------------------------------------------------------------
 
-VIEW_LABELS = {"good": "good views", "bad": "bad views", "text": "next-token"}
-VIEW_COLOURS = {"good": "#3b7dd8", "text": "#e0a030", "bad": "#c0504d"}
+VIEW_LABELS = {"good": "good views", "bad": "bad views", "text": "next-token", "documents": "next-token (documents)"}
+VIEW_COLOURS = {"good": "#3b7dd8", "text": "#e0a030", "documents": "#e0a030", "bad": "#c0504d"}
 
 
 def _fmt(s: dict, digits: int = 3) -> str:
@@ -86,6 +116,7 @@ def ablation_table(cells: dict, summary: dict) -> str:
     k = cells.get("k", 10)
     titles = {
         "mutual_knn": f"Mutual {k}-NN with the image encoder (chance {chance:.4f})" if chance else "Mutual kNN",
+        "fraction_of_ceiling": "Fraction of the learned ceiling (an MLP that knows the scene; ceiling.py)",
         "t2i_R@1": "Text→image R@1 through one orthogonal map fitted on half the pairs, held-out half "
         f"(chance {2 / n_eval:.4f})"
         if n_eval
@@ -93,6 +124,9 @@ def ablation_table(cells: dict, summary: dict) -> str:
         "heldout_residual": "Held-out Procrustes residual (0 = one rotation apart; √2 ≈ 1.414 = unrelated)",
     }
     for metric, title in titles.items():
+        table = summary["table"].get(metric, {})
+        if all(c["mean"] is None for cols_ in table.values() for c in cols_.values()):
+            continue  # e.g. no ceiling outside the synthetic world
         lines += [f"### {title}", "", head, rule]
         for row, label in cells["rows"].items():
             lines.append(f"| {label} | " + " | ".join(_fmt(summary["table"][metric][row][c]) for c in cols) + " |")
@@ -148,7 +182,7 @@ def ablation_table(cells: dict, summary: dict) -> str:
         lines += [
             f"### Sample efficiency: samples `{eff['model']}` needs to reach `{eff['reference']}`'s final score",
             "",
-            "| positives | target (reference final) | reference gain over its first checkpoint "
+            "| positives | target (reference final) | reference gain over its initialisation "
             "| samples needed (geo. mean) "
             "| sample ratio (geo. mean) | text ratio | seeds reached |",
             "|---|---|---|---|---|---|---|",
@@ -253,12 +287,23 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
             ]
             if not curves:
                 continue
-            x = np.array([p["samples"] for p in curves[0]["points"]])
+            x = np.array([p["samples"] for p in curves[0]["points"]], dtype=float)
             y = np.array([[p["mutual_knn"] for p in c["points"]] for c in curves])
             view = cells["column_views"][col]
             colour = VIEW_COLOURS.get(view, "#777777")
-            ax.plot(x, y.mean(0), "o-", ms=3, color=colour, label=f"{col} ({VIEW_LABELS.get(view, view)})")
-            ax.fill_between(x, y.min(0), y.max(0), color=colour, alpha=0.2, lw=0)
+            trained = x > 0
+            if not trained.all():  # the initialisation, drawn half a step left of the first checkpoint
+                x[~trained] = x[trained].min() / 2
+                ax.plot(x[~trained], y[:, ~trained].mean(0), "s", mfc="none", color=colour)
+            ax.plot(
+                x[trained],
+                y[:, trained].mean(0),
+                "o-",
+                ms=3,
+                color=colour,
+                label=f"{col} ({VIEW_LABELS.get(view, view)})",
+            )
+            ax.fill_between(x[trained], y[:, trained].min(0), y[:, trained].max(0), color=colour, alpha=0.2, lw=0)
             if col == eff["reference"]:
                 ax.axhline(y[:, -1].mean(), ls="--", lw=1, color=colour)
         chance = next(r["chance"] for r in cells["records"])
@@ -268,7 +313,10 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
         ax.set_title(cells["rows"][row], fontsize=9)
     axes[0][0].set_ylabel(f"mutual {cells.get('k', 10)}-NN with the image encoder")
     axes[0][-1].legend(frameon=False, fontsize=8)
-    fig.suptitle(f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max)", fontsize=10)
+    fig.suptitle(
+        f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max; □ at initialisation)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

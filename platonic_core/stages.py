@@ -2,6 +2,7 @@
 
     world -> ingest -> positives -> dedup -> views -> train:{text models}
     world -> train:{image model};  train:* -> embed:* -> evaluate
+    world + train:{image model} + embed:{image model} -> ceiling -> evaluate
     train:{model with snapshots} + ingest + embed:{image model} -> curve:{model}
 
 A stage *instance* is a stage applied to one thing: `train:good`, `embed:ntp`. `instances`
@@ -23,7 +24,7 @@ from .artifacts import Manifest
 from .config import AuditConfig, ConfigError, IngestConfig, PipelineConfig
 from .contract import StageCall, StageInstance, StageSpec
 
-ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "evaluate", "curve"]
+ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "ceiling", "evaluate", "curve"]
 
 
 # ---- pipeline stages: compute ----------------------------------------------------------
@@ -218,17 +219,36 @@ def embed(call: StageCall):
     return counts, {}
 
 
+def ceiling(call: StageCall):
+    from .ceiling import run_ceiling
+
+    ev = call.cfg.evaluate
+    metrics = run_ceiling(
+        call.input("world"),
+        call.input("image"),
+        call.input("image_embed"),
+        call.cfg.train.models[ev.image_model],
+        ev,
+        call.cfg.world,
+        call.out,
+        call.cfg.embed.batch_size,
+    )
+    return {"oracles": len(metrics)}, metrics
+
+
 def evaluate(call: StageCall):
     from .evaluate import run_evaluate
 
     ev, models = call.cfg.evaluate, call.cfg.train.models
     labels = {m: f"{models[m].kind}, {models[m].views} views" for m in ev.text_models}
+    ceiling_dir = call.inputs["ceiling"].path if "ceiling" in call.inputs else None
     metrics = run_evaluate(
-        {role: m.path for role, m in call.inputs.items()},
+        {role: m.path for role, m in call.inputs.items() if role != "ceiling"},
         ev,
         call.out,
         labels,
         {m: models[m].views for m in ev.text_models},
+        ceiling_dir,
     )
     return {"n": metrics.pop("n")}, metrics
 
@@ -339,7 +359,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "train",
-            1,
+            2,
             ("seed", "train.models.{model}"),
             ("model.safetensors", "model.json", "tokenizer.json"),
             train,
@@ -362,14 +382,41 @@ SPECS: dict[str, StageSpec] = {
             fan_out=True,
         ),
         StageSpec(
+            "ceiling",
+            1,
+            (
+                "evaluate.image_model",
+                "evaluate.k",
+                "evaluate.clamp_quantile",
+                "evaluate.clamp",
+                "evaluate.layers",
+                "evaluate.bootstrap",
+                "evaluate.ceiling",
+            ),  # fmt: skip
+            ("ceiling.json",),
+            ceiling,
+            "oracle text features of the world's ground truth scored against the image encoder: the bag of "
+            "true attributes, an MLP fitted on training scenes (the ceiling), the image encoder on a second render",
+            inputs=lambda cfg, i: {
+                "world": "world",
+                "image": f"train:{cfg.evaluate.image_model}",
+                "image_embed": f"embed:{cfg.evaluate.image_model}",
+            },
+            uses=("world", "train.models", "embed.batch_size"),
+            log_files=("ceiling.json",),
+        ),
+        StageSpec(
             "evaluate",
             3,
             ("evaluate",),
             ("scores.json", "table.md", "alignment.png"),
             evaluate,
             "mutual kNN (PRH) of every text model with the image encoder, bootstrap CIs, the rotation "
-            "(Procrustes fit on half the eval pairs: held-out R@1, residual), table and plot",
-            inputs=lambda cfg, i: {m: f"embed:{m}" for m in evaluated_models(cfg)},
+            "(Procrustes fit on half the eval pairs: held-out R@1, residual), each model's fraction of the "
+            "ceiling, table and plot",
+            inputs=lambda cfg, i: (
+                {m: f"embed:{m}" for m in evaluated_models(cfg)} | ({"ceiling": "ceiling"} if has_ceiling(cfg) else {})
+            ),
             uses=("train.models",),
             log_files=("scores.json", "table.md", "alignment.png"),
         ),
@@ -396,6 +443,11 @@ def evaluated_models(cfg: PipelineConfig) -> list[str]:
     return [cfg.evaluate.image_model, *cfg.evaluate.text_models]
 
 
+def has_ceiling(cfg: PipelineConfig) -> bool:
+    """Oracles need the world's ground truth: the synthetic world only."""
+    return cfg.ingest.source == "world" and bool(cfg.evaluate.ceiling.oracles)
+
+
 def curve_models(cfg: PipelineConfig) -> list[str]:
     """Text models evaluated along their run (they save snapshots)."""
     return [m for m in cfg.evaluate.text_models if cfg.train.models[m].snapshots > 0]
@@ -408,6 +460,7 @@ def instances(cfg: PipelineConfig) -> list[StageInstance]:
         *(StageInstance(s) for s in ORDER[:5]),
         *(StageInstance("train", m) for m in models),
         *(StageInstance("embed", m) for m in models),
+        *([StageInstance("ceiling")] if has_ceiling(cfg) else []),
         StageInstance("evaluate"),
         *(StageInstance("curve", m) for m in curve_models(cfg)),
     ]

@@ -21,11 +21,18 @@ def test_cells_share_every_stage_they_can(tmp_path):
     abl, cells = load_ablation("configs/table7.yaml", quick=True)
     grid = [c for c in cells if c.kind == "grid"]
     assert len(grid) == len(abl.rows) * len(abl.seeds)
-    # the upstream of views is one config for every cell: computed once, then cache hits
+    # the upstream of views is one config for every cell of the rows without their own `set`:
+    # computed once, then cache hits
+    plain = [c for c in cells if not abl.rows[c.row].set]
     for section in ("world", "ingest", "positives", "dedup"):
-        assert len({getattr(c.cfg, section).model_dump_json() for c in cells}) == 1, section
+        assert len({getattr(c.cfg, section).model_dump_json() for c in plain}) == 1, section
+    # the web row differs from them in its alt-texts only: same scenes, renders, eval captions
+    web = [c.cfg.world.model_dump() for c in cells if c.row == "paraphrase_web"]
+    assert len(web) == len(abl.seeds) and all(w == web[0] for w in web)
+    plain_world = plain[0].cfg.world.model_dump()
+    assert {k for k, v in web[0].items() if v != plain_world[k]} == {"alt_nonvisual", "alt_wrong"}
     # views differ by row only; the image model by seed only
-    assert len({c.cfg.views.model_dump_json() for c in grid}) == len(abl.rows)
+    assert len({(c.cfg.views.model_dump_json(), c.cfg.world.model_dump_json()) for c in grid}) == len(abl.rows)
     assert len({(c.cfg.seed, c.cfg.train.models["image"].model_dump_json()) for c in cells}) == len(abl.seeds)
     # grid cells score every column and record curves for the efficiency pair
     c = grid[0]
@@ -311,6 +318,33 @@ def test_grid_metrics_are_names_mlflow_accepts():
     assert metrics == {"mutual_knn/r:exact_near/good": 0.1, "mutual_knn/r:LeJEPA 0.02/good": 0.2}
     for name in metrics:
         _validate_metric_name(name)
+
+
+def test_the_alttext_dose_recipe_sweeps_the_non_visual_share():
+    for quick in (False, True):
+        abl, cells = load_ablation("configs/alttext_dose.yaml", quick=quick)
+        assert abl.columns == ["good"] and abl.efficiency is None and abl.scaling is None
+        assert abl.sweep.key == "world.alt_nonvisual" and len(abl.sweep.values) >= 4
+        doses = [float(v) for v in abl.sweep.values]
+        assert doses[0] == 0 and doses == sorted(doses) and doses[-1] < 1
+        labels = abl.sweep.value_labels()
+        assert len(cells) == 2 * len(doses) * len(abl.seeds) and all(c.kind == "grid" for c in cells)
+        assert sorted({c.row for c in cells}) == sorted(
+            f"{r}@{lb}" for r in ("paraphrase", "recaptions") for lb in labels
+        )
+        by = {(c.row, c.seed): c.cfg for c in cells}
+        for seed in abl.seeds:
+            for label, dose in zip(labels, doses, strict=True):
+                para, recap = by[(f"paraphrase@{label}", seed)], by[(f"recaptions@{label}", seed)]
+                assert para.world.alt_nonvisual == recap.world.alt_nonvisual == dose
+                assert para.views.good_sources == ["alt", "paraphrase"] and recap.views.good_sources == ["recap"]
+                # one model per cell: the good-view JEPA (scored against the seed's image encoder)
+                assert para.evaluate.text_models == ["good"] and para.seed == seed
+                # only the alt-texts move along the sweep: everything else is the dose-0 world
+                w0 = by[(f"paraphrase@{labels[0]}", seed)].world.model_copy(update={"alt_nonvisual": dose})
+                assert para.world == w0 and para.world.alt_wrong == 0 and para.world.eval_partial == 0
+        if quick:
+            assert cells[0].cfg.world.n_train < 12000 and cells[0].cfg.train.models["good"].steps < 450
 
 
 @pytest.mark.parametrize("quick", [False, True])

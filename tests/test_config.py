@@ -161,12 +161,12 @@ def test_stable_hash(demo):
 
 def test_instances_order(demo):
     ids = [i.id for i in instances(demo)]
-    assert ids == [*ORDER[:5], *(f"train:{m}" for m in MODELS), *(f"embed:{m}" for m in MODELS), "evaluate"]
+    assert ids == [*ORDER[:5], *(f"train:{m}" for m in MODELS), *(f"embed:{m}" for m in MODELS), "ceiling", "evaluate"]
 
 
 def test_default_plan_runs_everything(demo):
     modes = plan(demo)
-    assert len(modes) == 5 + 2 * len(MODELS) + 1
+    assert len(modes) == 5 + 2 * len(MODELS) + 2  # + ceiling, evaluate
     assert set(modes.values()) == {RUN}
 
 

@@ -28,7 +28,8 @@ PINNED = {
     "embed:good": "b2f3d05ec1267761c6dbe9ab9b3f32f63c5af9d528f185db6250337e076eba93",
     "embed:ntp": "0d05f22b3beab2fffca97cb5ce120ddc6c8775f6a9758862ee069a381b4b3176",
     "embed:bad": "5876578ed31ce819ef017673aa00c182fa531c1ccae8c82da8fe628fc49e5253",
-    "evaluate": "e6df9a58517f134572879773291c6309eb69725f3d1f050192c7eb3e7ff20c01",
+    "ceiling": "c9abc444c68ba973a6dd3bd7056a2dbfb223284df2a92dabf6a8d8b2c274bb22",
+    "evaluate": "a7e8b5a2ef8511eb63b082c9f57ac097c598b1b4153951ff6ce51beaf0efd6e9",
 }
 
 

@@ -61,6 +61,12 @@ def test_full_run_writes_results_and_lineage(first_run):
         assert m["train_run_id"] and m["embed_run_id"]
     on_disk = json.loads((Path(res["output_dir"]) / "results.json").read_text())
     assert on_disk["models"] == res["models"]
+    # every score stands next to the oracles of the world, scored the same way
+    assert set(res["ceilings"]) == {"attributes", "learned", "render"}
+    assert all(res["chance"] < v <= 1 for v in res["ceilings"].values())
+    for m in res["models"].values():
+        assert m["fraction_of_ceiling"] == pytest.approx(m["mutual_knn"] / res["ceilings"]["learned"])
+        assert len(m["per_layer_best"]) == 2 and max(m["per_layer_best"]) == pytest.approx(m["mutual_knn"])
     runs = stage_runs(res)
     expected = {
         "world",
@@ -68,6 +74,7 @@ def test_full_run_writes_results_and_lineage(first_run):
         "positives",
         "dedup",
         "views",
+        "ceiling",
         "evaluate",
         *(f"{s}:{m}" for s in ("train", "embed") for m in ("image", "good", "ntp", "bad")),
     }
@@ -113,10 +120,10 @@ def test_changing_one_field_reexecutes_exactly_its_readers(first_run, monkeypatc
     out, res = first_run
 
     forbid(monkeypatch, "train", why="trained")
-    # evaluate.k is read by evaluate only
+    # evaluate.k is read by the evaluate and ceiling stages only
     r = run_flow(out, ["evaluate.k=3"])
     executed = {n for n, run in stage_runs(r).items() if run.data.tags["platonic.cache_hit"] == "false"}
-    assert executed == {"evaluate"}
+    assert executed == {"ceiling", "evaluate"}
     assert r["k"] == 3
 
 

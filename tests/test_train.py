@@ -174,5 +174,35 @@ def test_snapshots_do_not_change_training(tok):
         )
         finals.append(model.state_dict())
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
-    assert [s for s, _ in seen] == [2, 4, 7]  # snapshot_steps(12, 4) minus the final step
-    assert not torch.equal(seen[0][1]["proj.0.weight"], finals[1]["proj.0.weight"])
+    # the initial weights, then snapshot_steps(12, 4) minus the final step
+    assert [s for s, _ in seen] == [0, 2, 4, 7]
+    torch.manual_seed(0)
+    init = build_model(cfg, vocab_size=tok.get_vocab_size(), max_len=32).state_dict()
+    assert all(torch.equal(seen[0][1][k], init[k]) for k in init)  # step 0 is the untrained model
+    assert not torch.equal(seen[1][1]["proj.0.weight"], finals[1]["proj.0.weight"])
+
+
+def test_documents_concatenate_texts_of_one_image():
+    from platonic.core.config import ModelConfig
+    from platonic.core.train.data import TextData
+    from platonic.core.train.sampler import make_sampler
+
+    # 6 images x 3 texts; text r is [CLS, 100 + r, (200 + r), SEP]: lengths 3 and 4 alternate
+    rows = [[2, 100 + r, 3] if r % 2 else [2, 100 + r, 200 + r, 3] for r in range(18)]
+    ids = torch.zeros(18, 4, dtype=torch.long)
+    mask = torch.zeros(18, 4, dtype=torch.long)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)], mask[r, : len(row)] = torch.tensor(row), 1
+    groups = [np.arange(3 * i, 3 * i + 3) for i in range(6)]
+    cfg = ModelConfig(kind="causal_lm", views="documents", width=16, heads=2, batch_size=4, n_views=2)
+    batch = make_sampler(cfg, TextData(ids, mask, groups), seed=0)()
+    assert batch["input_ids"].shape[0] == 4 and batch["input_ids"].shape[1] <= 8
+    for doc, m in zip(batch["input_ids"], batch["attention_mask"], strict=True):
+        toks = doc[m.bool()].tolist()
+        assert toks.count(2) == 2 and toks.count(3) == 2  # two texts, each with its own markers
+        texts = [t - 100 for t in toks if 100 <= t < 200]
+        assert len(texts) == 2 and texts[0] != texts[1] and texts[0] // 3 == texts[1] // 3  # one image
+    with pytest.raises(ValueError, match="documents"):
+        ModelConfig(kind="causal_lm", views="documents", width=16, heads=2, data="stream")
+    with pytest.raises(ValueError, match="views"):
+        ModelConfig(kind="text_jepa", views="documents", width=16, heads=2)

@@ -3,7 +3,9 @@ text may say about a scene."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -16,13 +18,20 @@ from platonic.core.artifacts import folder_digest
 from platonic.core.config import WorldConfig
 from platonic.core.world import generate_world, load_scenes, paraphrase, recaption, scene_rng
 from platonic.core.world.captions import (
+    BACKGROUND_WORDS,
     COLOUR_WORDS,
+    NONVISUAL_POOLS,
     SHAPE_WORDS,
     SIZE_WORDS,
+    alt_text,
+    find_nonvisual,
+    misperceive,
     parse_alt_text,
     position_phrase,
 )
-from platonic.core.world.scenes import COLOURS, SHAPES, SIZES
+from platonic.core.world.generate import eval_caption, web_alt_text
+from platonic.core.world.scenes import COLOURS, SHAPES, SIZES, Scene, SceneObject, sample_themed_scene, world_laws
+from platonic.core.world.streams import STREAM_ALT, STREAM_ALT_WRONG, STREAM_SCENE
 
 CFG = WorldConfig(n_train=64, n_eval=32, eval_leak=0.0)  # leak tested on its own below
 # every position wording the grammar can produce on a 3x3 grid -> its cell
@@ -208,3 +217,193 @@ def test_eval_leak_plants_web_copies_that_exact_dedup_finds(tmp_path):
     assert len(set(alts) & set(evals)) < 10  # the copies are not byte-identical (web variants)...
     norm_eval = {normalize_text(e) for e in evals}
     assert sum(normalize_text(a) in norm_eval for a in alts) == 10  # ...but equal after normalisation
+
+
+# ---- the web's damage: non-visual and wrong alt-texts, WIT-like eval captions ------------
+
+# sha256 (16 hex) of the JSON list of texts that the world wrote before the web knobs existed:
+# the knobs at 0 must give these texts byte for byte
+PINNED_CFG = WorldConfig(n_train=300, n_eval=100, eval_leak=0.1, synonyms=4, templates=4)
+PINNED = {"alt": "b951a1ca98c518cf", "eval": "8d16df6abb52b919", "paraphrase": "df939f07c1043b08"}
+VISUAL_WORDS = {
+    w
+    for table in (SHAPE_WORDS, COLOUR_WORDS, SIZE_WORDS, BACKGROUND_WORDS)
+    for words in table.values()
+    for phrase in words
+    for w in phrase.split()
+} | {w for p in PHRASE_TO_CELL for w in p.split()} - {"in", "the", "at", "area", "spot", "toward"}
+
+
+def _digest(texts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
+
+
+def _texts(cfg: WorldConfig) -> tuple[list[tuple[Scene, int, str]], list[tuple[Scene, int, str]]]:
+    """(scene, theme, text) of every training alt-text and eval caption, without renders (no
+    leak); test_web_knobs_at_zero_reproduce_the_world checks this is what generate_world writes."""
+    laws, alts, evals = world_laws(cfg), [], []
+    for i in range(cfg.n_train + cfg.n_eval):
+        scene, theme = sample_themed_scene(scene_rng(cfg.seed, i, STREAM_SCENE), cfg, laws)
+        if i < cfg.n_train:
+            alts.append((scene, theme, web_alt_text(scene, theme, i, cfg)))
+        else:
+            evals.append((scene, theme, eval_caption(scene, theme, i, cfg)))
+    return alts, evals
+
+
+def test_web_knobs_at_zero_reproduce_the_world(tmp_path):
+    cfg = PINNED_CFG.model_copy(update={"alt_nonvisual": 0.0, "alt_wrong": 0.0, "eval_partial": 0.0})
+    generate_world(cfg, tmp_path)
+    alts = pq.read_table(tmp_path / "alt_texts.parquet")["text"].to_pylist()
+    evals = pq.read_table(tmp_path / "eval_captions.parquet")["text"].to_pylist()
+    paras = [paraphrase(t, cfg, np.random.default_rng([7, i])) for i, t in enumerate(alts)]
+    assert {"alt": _digest(alts), "eval": _digest(evals), "paraphrase": _digest(paras)} == PINNED
+    # the helper below writes what generate_world writes (the leak aside)
+    no_leak = cfg.model_copy(update={"eval_leak": 0.0})
+    generate_world(no_leak, tmp_path / "no_leak")
+    alts, evals = _texts(no_leak)
+    assert [t for *_, t in alts] == pq.read_table(tmp_path / "no_leak" / "alt_texts.parquet")["text"].to_pylist()
+    assert [t for *_, t in evals] == pq.read_table(tmp_path / "no_leak" / "eval_captions.parquet")["text"].to_pylist()
+
+
+def test_nonvisual_pools_hold_no_attribute_word():
+    wordings = [w for pool in NONVISUAL_POOLS for concept in pool for w in concept]
+    assert len(set(wordings)) == len(wordings)  # every wording names one concept
+    for w in wordings:
+        assert not set(w.split()) & VISUAL_WORDS, w
+        assert parse_alt_text(w) == ([], None), w
+        assert len(find_nonvisual(w)) == 1, w
+    # brands, places and events of one theme are not another theme's
+    for (a, pa), (b, pb) in itertools.combinations(enumerate(NONVISUAL_POOLS), 2):
+        assert not {w for c in pa for w in c} & {w for c in pb for w in c}, (a, b)
+
+
+def test_every_alt_text_is_nonvisual_at_one_and_the_paraphraser_keeps_only_names():
+    cfg = WorldConfig(n_train=300, n_eval=16, eval_leak=0.0, alt_nonvisual=1.0)
+    alts, _ = _texts(cfg)
+    for n, (_scene, theme, text) in enumerate(alts):
+        assert parse_alt_text(text) == ([], None), text
+        assert not set(re.findall(r"[\w-]+", text)) & VISUAL_WORDS, text
+        concepts = find_nonvisual(text)
+        # one or two concepts, all from the scene's theme: the text relates to the scene only
+        # through what it is a picture of
+        assert 1 <= len(concepts) <= 2 and {t for t, _ in concepts} == {theme % len(NONVISUAL_POOLS)}, text
+        out = paraphrase(text, cfg, np.random.default_rng(n))
+        assert sorted(find_nonvisual(out)) == sorted(concepts), (text, out)  # re-worded, not lost
+        assert not set(re.findall(r"[\w-]+", out)) & VISUAL_WORDS, out  # and nothing visual added
+    outs = {paraphrase("velox | city marathon", cfg, np.random.default_rng(s)) for s in range(20)}
+    assert len(outs) > 5  # names are re-worded as attribute words are
+
+
+def test_alt_nonvisual_share_and_the_same_scenes_at_every_dose():
+    base = WorldConfig(n_train=2000, n_eval=16, eval_leak=0.0)
+    texts = {p: [t for *_, t in _texts(base.model_copy(update={"alt_nonvisual": p}))[0]] for p in (0.0, 0.25, 0.5)}
+    nonvisual = {p: {i for i, t in enumerate(ts) if not parse_alt_text(t)[0]} for p, ts in texts.items()}
+    assert not nonvisual[0.0]
+    for p in (0.25, 0.5):
+        assert abs(len(nonvisual[p]) / 2000 - p) < 0.04, (p, len(nonvisual[p]))
+        # the others are today's alt-texts, byte for byte
+        assert all(texts[p][i] == texts[0.0][i] for i in range(2000) if i not in nonvisual[p])
+    assert nonvisual[0.25] < nonvisual[0.5]  # a dose adds non-visual scenes, keeps the previous ones
+    assert all(texts[0.25][i] == texts[0.5][i] for i in nonvisual[0.25])
+
+
+def _attrs(o) -> tuple[str, str, str, int]:
+    return SHAPES[o.shape], COLOURS[o.colour], SIZES[o.size], o.cell
+
+
+def test_alt_wrong_states_wrong_attributes_at_its_rate():
+    for p in (0.0, 0.3, 1.0):
+        cfg = WorldConfig(n_train=1000, n_eval=16, eval_leak=0.0, alt_wrong=p)
+        alts, _ = _texts(cfg)
+        changed = total = 0
+        for i, (scene, _theme, text) in enumerate(alts):
+            wrong = misperceive(scene, cfg, scene_rng(cfg.seed, i, STREAM_ALT_WRONG))
+            assert text == alt_text(wrong, cfg, scene_rng(cfg.seed, i, STREAM_ALT))
+            assert _match_objects(parse_alt_text(text)[0], wrong), text  # it states the misperceived scene
+            for o, w in zip(scene.objects, wrong.objects, strict=True):
+                changed += sum(a != b for a, b in zip(_attrs(o), _attrs(w), strict=True))
+                total += 4
+        if p == 1.0:
+            # every attribute is another value: a one-object scene's alt-text describes no object of it
+            # (with more objects a wrong one may happen to look like another)
+            singles = [(s, t) for s, _, t in alts if len(s.objects) == 1]
+            assert changed == total and len(singles) > 100
+            assert not any(_match_objects(parse_alt_text(t)[0], s) for s, t in singles)
+        else:
+            assert abs(changed / total - p) < 0.03, (p, changed / total)
+
+
+def test_paraphrase_keeps_a_wrong_attribute_and_the_captioner_does_not_see_it():
+    scene = Scene((SceneObject(shape=0, colour=0, size=2, cell=0),), background=0)  # a large red circle, top left
+    cfg = WorldConfig(alt_wrong=1.0, alt_attribute_drop=0.0, synonyms=4, templates=4)
+    wrong = misperceive(scene, cfg, np.random.default_rng(0))
+    alt = alt_text(wrong, cfg, np.random.default_rng(1))
+    (stated,), _ = parse_alt_text(alt)
+    assert stated["shape"] != "circle" and stated["colour"] != "red" and stated["size"] != "large", alt
+    for s in range(10):
+        out = paraphrase(alt, cfg, np.random.default_rng(s))
+        assert _signature(parse_alt_text(out)[0]) == _signature([stated]), (alt, out)  # faithful to the text
+    # the captioner sees the scene: what it writes does not depend on any web knob
+    (recap,) = {recaption(scene, cfg.model_copy(update=k), np.random.default_rng(3)) for k in ({}, {"alt_wrong": 0.0})}
+    assert _count_words(recap, COLOUR_WORDS["red"]) == 1 and _count_words(recap, SHAPE_WORDS["circle"]) == 1, recap
+
+
+def test_web_knobs_leave_scenes_renders_and_recaptions_unchanged(world, tmp_path):
+    from platonic.core.positives.world_backend import WorldGenerator
+
+    knobs = {"alt_nonvisual": 1.0, "alt_wrong": 1.0, "eval_partial": 1.0, "eval_nonvisual": 1.0}
+    cfg = CFG.model_copy(update=knobs)
+    generate_world(cfg, tmp_path)
+    for f in ("scenes.parquet", "renders.npy"):
+        assert (tmp_path / f).read_bytes() == (world / f).read_bytes(), f
+    ids = pq.read_table(world / "scenes.parquet")["scene_id"].to_pylist()
+    before = WorldGenerator(world, CFG).recaption(ids, 0)
+    assert WorldGenerator(tmp_path, cfg).recaption(ids, 0) == before
+    assert pq.read_table(tmp_path / "alt_texts.parquet")["text"].to_pylist() != (
+        pq.read_table(world / "alt_texts.parquet")["text"].to_pylist()
+    )
+
+
+def test_eval_partial_drops_and_eval_nonvisual_adds_context():
+    cfg = WorldConfig(n_train=16, n_eval=400, eval_leak=0.0, synonyms=4, templates=4)
+    _, complete = _texts(cfg)
+    _, partial = _texts(cfg.model_copy(update={"eval_partial": 1.0}))
+    dropped = 0
+    for (scene, _theme, full), (_, _, part) in zip(complete, partial, strict=True):
+        assert part != full or len(scene.objects) == 1
+        for table, names, attr in (
+            (SHAPE_WORDS, SHAPES, "shape"),
+            (COLOUR_WORDS, COLOURS, "colour"),
+            (SIZE_WORDS, SIZES, "size"),
+        ):
+            want = Counter(names[getattr(o, attr)] for o in scene.objects)
+            for name, words in table.items():
+                got = _count_words(part, words)
+                assert got <= want.get(name, 0), (part, scene)  # never a wrong or extra attribute
+                dropped += want.get(name, 0) - got
+        assert not find_nonvisual(part)
+    assert dropped > 200  # partial: objects and attributes are missing
+    _, half = _texts(cfg.model_copy(update={"eval_partial": 0.5}))
+    same = sum(h == c for (*_, h), (*_, c) in zip(half, complete, strict=True))
+    assert 150 < same < 280  # about half are the complete captions, unchanged (1-object scenes may coincide)
+
+    _, context = _texts(cfg.model_copy(update={"eval_nonvisual": 1.0}))
+    for (_scene, theme, full), (_, _, ctx) in zip(complete, context, strict=True):
+        concepts = find_nonvisual(ctx)
+        assert 1 <= len(concepts) <= 2 and {t for t, _ in concepts} == {theme % len(NONVISUAL_POOLS)}, ctx
+        assert full.rstrip(".") in ctx  # the complete caption is still there, context added
+
+
+@pytest.mark.parametrize("key", ["alt_nonvisual", "alt_wrong", "eval_partial", "eval_nonvisual"])
+def test_web_knobs_are_shares(key):
+    from platonic.core.config import ConfigError, load_config
+
+    assert getattr(WorldConfig(), key) == 0.0
+    for bad in ("1.5", "-0.1"):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [f"world.{key}={bad}"])
+        msg = str(e.value)
+        assert f"'world.{key}'" in msg and ("less than or equal to 1" in msg or "greater than or equal to 0" in msg)
+        assert f"(got {float(bad)!r})" in msg or f"(got {bad})" in msg, msg
+    assert load_config(None, [f"world.{key}=1"]).world.model_dump()[key] == 1.0

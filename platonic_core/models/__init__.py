@@ -51,7 +51,7 @@ def build_model(
     """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout."""
     layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
     if cfg.kind == "causal_lm":
-        return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids)
+        return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids, cfg.tie_embeddings)
     if cfg.kind not in ("text_jepa", "image_jepa"):
         raise ValueError(f"unknown model kind {cfg.kind!r}")
     # the image model's width is the recipe's own (presets are text sizes)

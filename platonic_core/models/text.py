@@ -74,6 +74,7 @@ class CausalLM(nn.Module):
         max_len: int,
         attention: str = "eager",
         special_ids: dict[str, int] | None = None,
+        tie_embeddings: bool = True,
     ):
         super().__init__()
         sp = special_ids or {}
@@ -91,6 +92,7 @@ class CausalLM(nn.Module):
                 bos_token_id=sp.get("cls", 2),
                 eos_token_id=sp.get("sep", 3),
                 pad_token_id=sp.get("pad", 0),
+                tie_word_embeddings=tie_embeddings,
             )
         )
 

@@ -38,7 +38,7 @@ def load_text_data(
     """Tokenised training texts for `cfg.views` from a views artifact."""
     tok = load_tokenizer(views_dir / "tokenizer.json")
     max_len = json.loads((views_dir / "meta.json").read_text())["max_len"]
-    if cfg.views == "good":
+    if cfg.views in ("good", "documents"):  # the texts of each image
         groups_txt = pq.read_table(views_dir / "good_views.parquet", columns=["texts"])["texts"].to_pylist()
         texts, groups = [], []
         for g in groups_txt:

@@ -150,8 +150,9 @@ def train_model(
     state_dir: Path | None = None,
 ) -> dict:
     """Train `model` for cfg.total_steps; returns a summary (final loss terms, samples, timing).
-    `on_snapshot(steps_done, model)` is called after each of `snapshot_steps(steps,
-    cfg.snapshots)` but the last (the final model is the caller's).
+    `on_snapshot(steps_done, model)` is called with the initial weights (steps_done = 0) and
+    after each of `snapshot_steps(steps, cfg.snapshots)` but the last (the final model is the
+    caller's): a curve starts where training started.
 
     `sampler()` gives the global batch (`sampler.global_batch`: every process slices its
     rows) or this process's batch (streaming). Under torch.distributed the model is wrapped
@@ -183,6 +184,8 @@ def train_model(
     ckpt = latest_checkpoint(state_dir)
     if ckpt is not None:
         start = load_train_state(ckpt, model, opt, sampler)["step"]
+    elif snaps and on_snapshot is not None and rank == 0:
+        on_snapshot(0, model)  # the initial weights: where the curve starts
     net: torch.nn.Module = model
     if world > 1:
         # the projector's BatchNorm already normalises over the global batch (GlobalBatchNorm1d)
@@ -307,6 +310,8 @@ def run_train(
         else:
             data, tok, max_len = load_text_data(input_dir, cfg, sp)
             sampler = make_sampler(cfg, data, seed, sp)
+            if cfg.views == "documents":  # positions for n_views texts in one sequence
+                max_len *= cfg.n_views
         build_args = {"vocab_size": tok.get_vocab_size(), "max_len": max_len, **extra}
         if rank == 0:
             shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")

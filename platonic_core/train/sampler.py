@@ -69,7 +69,7 @@ def make_sampler(
     population = len(data.renders) if isinstance(data, ImageData) else len(data.input_ids)
     if cfg.views != "good" and population < n:
         raise ValueError(f"{population} training samples for views {cfg.views!r}, fewer than batch_size {n}")
-    if cfg.views == "good":
+    if cfg.views in ("good", "documents"):
         groups = [g for g in data.groups if len(g) >= v]
         if len(groups) < n:
             raise ValueError(f"only {len(groups)} images have >= {v} texts; batch size is {n}")
@@ -80,7 +80,24 @@ def make_sampler(
             ids, mask = _trim(data.input_ids[rows], data.attention_mask[rows])  # (V, N, T)
             return {"input_ids": ids, "attention_mask": mask}
 
-        return Sampler(good, rng, gen)
+        if cfg.views == "good":
+            return Sampler(good, rng, gen)
+        lengths = data.attention_mask.sum(1).tolist()
+        pad = (specials or DEFAULT_SPECIALS)["pad"]
+
+        def documents() -> dict:
+            pick = rng.choice(len(groups), size=n, replace=False)
+            docs = [
+                torch.cat([data.input_ids[r, : lengths[r]] for r in rng.choice(groups[i], size=v, replace=False)])
+                for i in pick
+            ]  # each text keeps its own [CLS] ... [SEP]: the document's separators
+            ids = torch.full((n, max(len(d) for d in docs)), pad, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for j, d in enumerate(docs):
+                ids[j, : len(d)], mask[j, : len(d)] = d, 1
+            return {"input_ids": ids, "attention_mask": mask}  # (N, <= V·T)
+
+        return Sampler(documents, rng, gen)
     if cfg.views == "bad":
 
         def bad() -> dict:

@@ -8,6 +8,19 @@ Three ways a text can observe a scene, mirroring the paper's Table 7:
   noisy (junk such as file names and shop words).
 - `paraphrase`: a text-only rewriter that reads an alt-text and nothing else. It parses the
   attribute words it recognises and re-words them; it cannot add what the alt-text lacks.
+
+How the web really writes (knobs `world.alt_*` / `world.eval_*`, all off by default):
+- `nonvisual_alt_text`: an alt-text in the register of the page, not of the picture: brand,
+  place and event names from the scene's theme (`NONVISUAL_POOLS`), no attribute words. Like
+  "Nike summer sale" under a photo of shoes, it relates to the image only through what the
+  image is of. The paraphraser re-words such names (a language model knows that "velox
+  athletics" is "velox sports"), but it finds nothing visual to keep; the captioner, which sees
+  the scene, writes its usual complete caption.
+- `misperceive`: the scene an alt-text's writer got wrong (another colour, size, position or
+  shape; the other background). The alt-text states the wrong value; the paraphraser keeps it,
+  having nothing to check it against; the captioner does not see it.
+- `partial_caption`, `add_nonvisual`: WIT-like eval captions, which mention part of the scene
+  and often its context (a reference description of a Wikipedia image).
 """
 
 from __future__ import annotations
@@ -17,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .scenes import BACKGROUNDS, COLOURS, SHAPES, SIZES, Scene
+from .scenes import BACKGROUNDS, COLOURS, SHAPES, SIZES, Scene, SceneObject
 
 if TYPE_CHECKING:
     from ..config import WorldConfig
@@ -100,6 +113,63 @@ ALT_JUNK = [
     "best price",
     "icon set",
 ]
+_ALT_MENTIONS_BACKGROUND = 0.25  # how often an alt-text names the background
+# Non-visual phrases per scene theme: two brands, a place, an event; each a concept with 4
+# wordings, the first `world.synonyms` of which a writer uses (as for attribute words). No word
+# here is an attribute word of the grammar above (tests/test_world.py checks), so none of it
+# parses as part of the scene. Theme t draws from pool t % 8: with more than 8 themes, themes
+# share a pool.
+NONVISUAL_POOLS: list[list[list[str]]] = [
+    [  # home
+        ["nordvik", "nordvik co", "nordvik home", "the nordvik brand"],
+        ["hemlund", "hemlund ltd", "hemlund living", "the hemlund label"],
+        ["oslo showroom", "the oslo showroom", "oslo store", "showroom of oslo"],
+        ["spring sale", "spring clearance", "seasonal sale", "spring deals"],
+    ],
+    [  # sport
+        ["velox", "velox sports", "velox athletics", "the velox label"],
+        ["kinetra", "kinetra gear", "kinetra pro", "the kinetra brand"],
+        ["riverside stadium", "the riverside stadium", "riverside arena", "stadium by the river"],
+        ["city marathon", "the city marathon", "marathon weekend", "annual marathon"],
+    ],
+    [  # fashion
+        ["lumaire", "lumaire paris", "maison lumaire", "the lumaire house"],
+        ["corvella", "corvella atelier", "corvella studio", "the corvella line"],
+        ["milan runway", "the milan runway", "runway of milan", "milan catwalk"],
+        ["fashion week", "the fashion week", "fashion week show", "fashion week event"],
+    ],
+    [  # toys
+        ["tumbletot", "tumbletot toys", "tumbletot play", "the tumbletot range"],
+        ["bramblebee", "bramblebee games", "bramblebee fun", "the bramblebee brand"],
+        ["nuremberg toy fair", "the nuremberg toy fair", "toy fair of nuremberg", "nuremberg fair"],
+        ["birthday party", "a birthday party", "birthday celebration", "party for a birthday"],
+    ],
+    [  # tech
+        ["quantel", "quantel inc", "quantel labs", "the quantel brand"],
+        ["voxa", "voxa audio", "voxa electronics", "the voxa label"],
+        ["berlin expo", "the berlin expo", "expo of berlin", "berlin trade fair"],
+        ["product launch", "the product launch", "launch event", "release day"],
+    ],
+    [  # garden
+        ["greenhollow", "greenhollow co", "greenhollow plants", "the greenhollow brand"],
+        ["fernwick", "fernwick ltd", "fernwick outdoor", "the fernwick label"],
+        ["chelsea garden", "the chelsea garden", "garden of chelsea", "chelsea grounds"],
+        ["flower show", "the flower show", "annual flower show", "flower festival"],
+    ],
+    [  # travel
+        ["aerolis", "aerolis air", "aerolis travel", "the aerolis brand"],
+        ["wandera", "wandera tours", "wandera trips", "the wandera label"],
+        ["kyoto station", "the kyoto station", "station of kyoto", "kyoto terminal"],
+        ["summer holiday", "the summer holiday", "summer vacation", "summer trip"],
+    ],
+    [  # wedding
+        ["belvoir", "belvoir bridal", "belvoir events", "the belvoir house"],
+        ["amorel", "amorel studio", "amorel weddings", "the amorel brand"],
+        ["lakeside chapel", "the lakeside chapel", "chapel by the lake", "lakeside church"],
+        ["wedding day", "the wedding day", "wedding ceremony", "wedding reception"],
+    ],
+]
+_NONVISUAL_SEPARATORS = [" ", " - ", " | ", ", "]
 
 
 def _tidy(text: str) -> str:
@@ -170,13 +240,87 @@ def alt_text(scene: Scene, cfg: WorldConfig, rng: np.random.Generator) -> str:
         }
         phrases.append(_object_phrase(attrs, cfg, rng, 0))
     text = " and ".join(p.removeprefix("a ") for p in phrases)
-    if rng.random() < 0.25:
+    if rng.random() < _ALT_MENTIONS_BACKGROUND:
         bg = BACKGROUND_WORDS[BACKGROUNDS[scene.background]][0]
         text += f" on {bg} background"
+    return _tidy(_add_junk(text, cfg, rng))
+
+
+def _add_junk(text: str, cfg: WorldConfig, rng: np.random.Generator) -> str:
     if rng.random() < cfg.alt_junk:
         junk = ALT_JUNK[int(rng.integers(len(ALT_JUNK)))].format(n=int(rng.integers(1000, 9999)))
         text = f"{junk} {text}" if rng.random() < 0.5 else f"{text} | {junk}"
-    return _tidy(text)
+    return text
+
+
+# ---- how the web really writes: non-visual and wrong alt-texts, WIT-like eval captions -----
+
+
+def _other(value: int, n: int, u: float) -> int:
+    """A value other than `value` among n, uniformly, from one uniform draw u (n = 1: none)."""
+    return value if n < 2 else (value + 1 + int(u * (n - 1))) % n
+
+
+def misperceive(scene: Scene, cfg: WorldConfig, rng: np.random.Generator) -> Scene:
+    """The scene as a careless alt-text writer states it: each attribute of each object (shape,
+    colour, size, cell) and the background is, with probability `cfg.alt_wrong`, another value.
+    A wrong cell may be another object's: a wrong alt-text need not describe a possible scene.
+    The same number of draws at every `alt_wrong`, so a scene's mistakes grow with the dose."""
+    sizes = (cfg.n_shapes, cfg.n_colours, cfg.n_sizes, cfg.grid * cfg.grid)
+    objs = []
+    for o in scene.objects:
+        wrong, u = rng.random(4) < cfg.alt_wrong, rng.random(4)
+        values = [o.shape, o.colour, o.size, o.cell]
+        objs.append(
+            SceneObject(*(_other(v, n, x) if w else v for v, n, w, x in zip(values, sizes, wrong, u, strict=True)))
+        )
+    wrong_bg = rng.random() < cfg.alt_wrong
+    background = _other(scene.background, len(BACKGROUNDS), rng.random()) if wrong_bg else scene.background
+    return Scene(tuple(objs), background)
+
+
+def _nonvisual_phrases(theme: int, cfg: WorldConfig, rng: np.random.Generator) -> list[str]:
+    """One or two of the theme's concepts (brand, place, event), each in one of its wordings."""
+    pool = NONVISUAL_POOLS[theme % len(NONVISUAL_POOLS)]
+    picked = rng.choice(len(pool), size=1 + int(rng.random() < 0.5), replace=False)
+    return [_pick(pool[int(c)], cfg.synonyms, rng) for c in picked]
+
+
+def nonvisual_alt_text(theme: int, cfg: WorldConfig, rng: np.random.Generator) -> str:
+    """An alt-text that names the page's context instead of the picture ("velox | city marathon",
+    "stock photo hemlund living"): the scene's theme in brand/place/event words, web junk as
+    usual, and no attribute word, so a text-only paraphraser finds nothing visual in it."""
+    sep = _NONVISUAL_SEPARATORS[int(rng.integers(len(_NONVISUAL_SEPARATORS)))]
+    return _tidy(_add_junk(sep.join(_nonvisual_phrases(theme, cfg, rng)), cfg, rng))
+
+
+def partial_caption(scene: Scene, cfg: WorldConfig, rng: np.random.Generator) -> str:
+    """A caption that mentions part of the scene, as a reference description does: objects and
+    attributes dropped at the alt-text's rates, written in the captioner's grammar."""
+    objs = [o for o in scene.objects if rng.random() < cfg.alt_object_keep]
+    if not objs:
+        objs = [scene.objects[int(rng.integers(len(scene.objects)))]]
+    known = []
+    for o in objs:
+        drop = rng.random(3) < cfg.alt_attribute_drop
+        known.append(
+            {
+                "shape": SHAPES[o.shape],
+                "colour": None if drop[0] else COLOURS[o.colour],
+                "size": None if drop[1] else SIZES[o.size],
+                "cell": None if drop[2] else _cell3(o.cell, cfg.grid),
+            }
+        )
+    bg = BACKGROUNDS[scene.background] if rng.random() < _ALT_MENTIONS_BACKGROUND else None
+    return _describe(known, bg, cfg, rng)
+
+
+def add_nonvisual(text: str, theme: int, cfg: WorldConfig, rng: np.random.Generator) -> str:
+    """`text` with the scene's context added before or after it ("velox, city marathon: ...")."""
+    extra = ", ".join(_nonvisual_phrases(theme, cfg, rng))
+    if rng.random() < 0.5:
+        return _tidy(f"{extra}: {text}")
+    return _tidy(f"{text.rstrip('.')}, {extra}.")
 
 
 # ---- the text-only paraphraser -------------------------------------------------------
@@ -196,6 +340,8 @@ _BG_LEX = _lexicon(BACKGROUND_WORDS)
 _POS_LEX: list[tuple[str, int]] = sorted(
     {(position_phrase(c, 3, v), c) for c in range(9) for v in range(4)}, key=lambda p: (-len(p[0]), p[0], p[1])
 )
+
+_POS_CELL = {p: c for p, c in reversed(_POS_LEX)}  # a phrase -> its cell (the first in _POS_LEX wins)
 
 
 def _find(text: str, lex: list[tuple[str, str]]) -> str | None:
@@ -229,23 +375,76 @@ def parse_alt_text(text: str) -> tuple[list[dict[str, str | None]], str | None]:
     return objects, bg
 
 
-def paraphrase(text: str, cfg: WorldConfig, rng: np.random.Generator) -> str:
-    """Re-word an alt-text. Sees only `text`: what it lacks stays missing."""
-    objects, bg = parse_alt_text(text)
-    if not objects:
-        return _tidy(text)
+# every wording of every non-visual concept -> (theme pool, concept); longest first, so that
+# "the velox label" is read as one phrase, not as "velox"
+_NONVISUAL_LEX: list[tuple[str, tuple[int, int]]] = sorted(
+    ((w, (t, c)) for t, pool in enumerate(NONVISUAL_POOLS) for c, words in enumerate(pool) for w in words),
+    key=lambda p: (-len(p[0]), p[0]),
+)
+
+
+def find_nonvisual(text: str) -> list[tuple[int, int]]:
+    """The non-visual concepts (pool, concept) a text names, in reading order. A language
+    model knows these names (that "velox athletics" and "velox" are one brand) without seeing
+    any image: this is world knowledge of the text kind, not of the scene."""
+    body = text.lower()
+    found: list[tuple[int, tuple[int, int]]] = []
+    taken = [False] * len(body)
+    for word, concept in _NONVISUAL_LEX:
+        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", body):
+            if not any(taken[m.start() : m.end()]):
+                taken[m.start() : m.end()] = [True] * (m.end() - m.start())
+                found.append((m.start(), concept))
+    return [c for _, c in sorted(found)]
+
+
+def _cell3(cell: int, grid: int) -> int:
+    """A cell as the 3x3 grid numbers it (a 2x2 grid uses the corners, as position_phrase does)."""
+    if grid == 3:
+        return cell
+    row, col = divmod(cell, grid)
+    return row * 2 * 3 + col * 2
+
+
+def _describe(objects: list[dict[str, str | int | None]], bg: str | None, cfg: WorldConfig, rng) -> str:
+    """The captioner's grammar for what a writer knows: objects with their known attributes
+    (None = unknown; `cell` on the 3x3 grid) and the background (None = unknown)."""
     if cfg.shuffle_objects:
         objects = [objects[i] for i in rng.permutation(len(objects))]
     t_obj = int(rng.integers(cfg.templates))
     phrases = []
     for o in objects:
-        if o["pos"] is not None:  # re-word the position too
-            cell = next(c for p, c in _POS_LEX if p == o["pos"])
-            o = {**o, "pos": position_phrase(cell, 3, int(rng.integers(min(cfg.synonyms, 4))))}
-        phrases.append(_object_phrase(o, cfg, rng, t_obj))
+        pos = None
+        if o["cell"] is not None:  # re-word the position too
+            pos = position_phrase(int(o["cell"]), 3, int(rng.integers(min(cfg.synonyms, 4))))
+        phrases.append(
+            _object_phrase({"shape": o["shape"], "colour": o["colour"], "size": o["size"], "pos": pos}, cfg, rng, t_obj)
+        )
     objs = _join(phrases)
     if bg is None:
         return _tidy(["{}.", "a picture of {}.", "there is {}."][int(rng.integers(3))].format(objs))
     bg_word = _pick(BACKGROUND_WORDS[bg], cfg.synonyms, rng)
     sentence = SENTENCE_TEMPLATES[int(rng.integers(cfg.templates))]
     return _tidy(sentence.format(objs=objs, bg=bg_word))
+
+
+def paraphrase(text: str, cfg: WorldConfig, rng: np.random.Generator) -> str:
+    """Re-word an alt-text. Sees only `text`: what it lacks stays missing, what it states wrongly
+    stays wrong. Brand, place and event names (non-visual) are kept and re-worded, as a language
+    model keeps a caption's meaning; web junk (file names, shop words) is dropped."""
+    objects, bg = parse_alt_text(text)
+    context = find_nonvisual(text)
+    if not objects and not context:
+        return _tidy(text)  # nothing it understands: returned as it is
+    # the non-visual part's draws come after the visual part's, so a text without names is
+    # re-worded exactly as before names existed
+    known = [{**o, "cell": None if o["pos"] is None else _POS_CELL[o["pos"]]} for o in objects]
+    visual = _describe(known, bg, cfg, rng) if objects else ""
+    if not context:
+        return visual
+    if cfg.shuffle_objects:
+        context = [context[i] for i in rng.permutation(len(context))]
+    names = ", ".join(_pick(NONVISUAL_POOLS[t][c], cfg.synonyms, rng) for t, c in context)
+    if visual:
+        return _tidy(f"{visual.rstrip('.')}, {names}.")
+    return _tidy(["{}.", "a photo from {}.", "a picture: {}."][int(rng.integers(3))].format(names))

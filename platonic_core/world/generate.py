@@ -4,7 +4,8 @@
 - `scenes.parquet`: scene_id, split (train/eval), objects (JSON), background, render_row
 - `renders.npy`: uint8 (n_scenes, renders_per_scene, H, W, 3); row = render_row
 - `alt_texts.parquet`: scene_id, text (train scenes: what a web crawl would give)
-- `eval_captions.parquet`: scene_id, text (eval scenes: one complete caption each)
+- `eval_captions.parquet`: scene_id, text (eval scenes: one caption each; complete unless
+  `eval_partial` / `eval_nonvisual` make them WIT-like)
 
 Everything is a function of `cfg` alone: each scene draws from its own seeded stream, so
 the world is identical across machines and re-runs. `load_scenes` reads the scenes back.
@@ -20,12 +21,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .captions import alt_text, recaption
+from .captions import add_nonvisual, alt_text, misperceive, nonvisual_alt_text, partial_caption, recaption
 from .render import render
-from .scenes import Scene, sample_scene, scene_from_json, scene_to_json, world_laws
+from .scenes import Scene, sample_themed_scene, scene_from_json, scene_to_json, world_laws
 from .streams import (
     STREAM_ALT,
+    STREAM_ALT_NONVISUAL,
+    STREAM_ALT_WRONG,
     STREAM_EVAL_CAPTION,
+    STREAM_EVAL_WEB,
     STREAM_LEAK,
     STREAM_RENDER,
     STREAM_SCENE,
@@ -46,7 +50,7 @@ def generate_world(cfg: WorldConfig, out: Path, progress=None) -> dict[str, int]
     laws = world_laws(cfg)
     it = range(n) if progress is None else progress(range(n), desc="world", unit="scene")
     for i in it:
-        scene = sample_scene(scene_rng(cfg.seed, i, STREAM_SCENE), cfg, laws)
+        scene, theme = sample_themed_scene(scene_rng(cfg.seed, i, STREAM_SCENE), cfg, laws)
         sid = f"s{i:07d}"
         split = "train" if i < cfg.n_train else "eval"
         ids.append(sid)
@@ -57,9 +61,9 @@ def generate_world(cfg: WorldConfig, out: Path, progress=None) -> dict[str, int]
         for r in range(cfg.renders_per_scene):
             renders[i, r] = render(scene, rng, cfg.image_size, cfg.grid, cfg.image_noise)
         if split == "train":
-            alt_rows.append((sid, alt_text(scene, cfg, scene_rng(cfg.seed, i, STREAM_ALT))))
+            alt_rows.append((sid, web_alt_text(scene, theme, i, cfg)))
         else:
-            eval_rows.append((sid, recaption(scene, cfg, scene_rng(cfg.seed, i, STREAM_EVAL_CAPTION))))
+            eval_rows.append((sid, eval_caption(scene, theme, i, cfg)))
     leaked = leak_eval_captions(alt_rows, eval_rows, cfg)
     pq.write_table(
         pa.table(
@@ -86,6 +90,32 @@ def generate_world(cfg: WorldConfig, out: Path, progress=None) -> dict[str, int]
         "renders": n * cfg.renders_per_scene,
         "eval_captions_leaked": leaked,
     }
+
+
+def web_alt_text(scene: Scene, theme: int, index: int, cfg: WorldConfig) -> str:
+    """The alt-text of training scene `index`: with probability `alt_nonvisual` one in the page's
+    register (brand/place/event of its theme, no attribute word), else a partial alt-text whose
+    stated attributes are each wrong with probability `alt_wrong`. At 0 / 0 this is exactly
+    `alt_text` on the STREAM_ALT stream, as before the knobs existed."""
+    web = scene_rng(cfg.seed, index, STREAM_ALT_NONVISUAL)
+    if web.random() < cfg.alt_nonvisual:
+        return nonvisual_alt_text(theme, cfg, web)
+    if cfg.alt_wrong > 0:
+        scene = misperceive(scene, cfg, scene_rng(cfg.seed, index, STREAM_ALT_WRONG))
+    # alt_text's draws do not depend on attribute values: a misperceived scene is worded with
+    # the same dropped objects and attributes, only the wrong values differ
+    return alt_text(scene, cfg, scene_rng(cfg.seed, index, STREAM_ALT))
+
+
+def eval_caption(scene: Scene, theme: int, index: int, cfg: WorldConfig) -> str:
+    """The caption of eval scene `index`: the captioner's complete caption (default), partial
+    with probability `eval_partial`, with the scene's context added with probability
+    `eval_nonvisual` (WIT's reference descriptions do both)."""
+    web = scene_rng(cfg.seed, index, STREAM_EVAL_WEB)
+    partial, nonvisual = web.random(2) < (cfg.eval_partial, cfg.eval_nonvisual)
+    rng = scene_rng(cfg.seed, index, STREAM_EVAL_CAPTION)
+    text = partial_caption(scene, cfg, rng) if partial else recaption(scene, cfg, rng)
+    return add_nonvisual(text, theme, cfg, web) if nonvisual else text
 
 
 def _web_variant(text: str, rng: np.random.Generator) -> str:

@@ -67,6 +67,13 @@ def world_laws(cfg: WorldConfig) -> WorldLaws:
 
 def sample_scene(rng: np.random.Generator, cfg: WorldConfig, laws: WorldLaws) -> Scene:
     """One scene; objects occupy distinct grid cells."""
+    return sample_themed_scene(rng, cfg, laws)[0]
+
+
+def sample_themed_scene(rng: np.random.Generator, cfg: WorldConfig, laws: WorldLaws) -> tuple[Scene, int]:
+    """One scene and its theme. The theme is not part of what a scene looks like (renders and
+    captions never see it); web texts that talk about the scene's context (brand, place, event)
+    draw their words from it (captions.nonvisual_phrases)."""
     n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
     cells = rng.choice(cfg.grid * cfg.grid, size=n, replace=False)
     theme = int(rng.choice(len(laws.theme), p=laws.theme))
@@ -82,7 +89,7 @@ def sample_scene(rng: np.random.Generator, cfg: WorldConfig, laws: WorldLaws) ->
             )
         )
     background = int(rng.choice(len(BACKGROUNDS), p=laws.theme_background[theme]))
-    return Scene(objects=tuple(objs), background=background)
+    return Scene(objects=tuple(objs), background=background), theme
 
 
 def scene_to_json(scene: Scene) -> list[list[int]]:
