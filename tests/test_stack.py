@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "infra"))
 import local_stack  # noqa: E402
 
-STAGES = 14  # tiny.yaml: world ingest positives dedup views, train×4, embed×4, evaluate
+STAGES = 15  # tiny.yaml: world ingest positives dedup views, train×4, embed×4, ceiling, evaluate
 LONGER = [f"train.models.{m}.steps=150" for m in ("good", "bad", "ntp", "image")]
 
 
