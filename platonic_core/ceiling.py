@@ -51,9 +51,7 @@ def attribute_bag(scene: Scene, cfg: WorldConfig) -> np.ndarray:
     return v
 
 
-def fit_feature_mlp(
-    x: np.ndarray, y: np.ndarray, cfg: CeilingConfig, threads: int | None = None
-) -> tuple[nn.Module, dict[str, float]]:
+def fit_feature_mlp(x: np.ndarray, y: np.ndarray, cfg: CeilingConfig) -> tuple[nn.Module, dict[str, float]]:
     """An MLP x -> y by MSE (Adam, minibatches), with a 10% held-out split of the training
     scenes to report its fit. Returns the model (eval mode) and its train/held-out MSE."""
     g = torch.Generator().manual_seed(cfg.seed)
@@ -86,7 +84,7 @@ def fit_feature_mlp(
 
 
 def _split(y: np.ndarray, dims: list[int]) -> list[np.ndarray]:
-    return [a for a in np.split(y, np.cumsum(dims)[:-1], axis=1)]
+    return np.split(y, np.cumsum(dims)[:-1], axis=1)
 
 
 def run_ceiling(
