@@ -400,6 +400,8 @@ class TrainConfig(Section):
         for name in self.models:
             if not name.isidentifier():
                 raise ValueError(f"model name {name!r} must be an identifier")
+            if name == "ceiling":  # the evaluate stage's input role for the world's oracles
+                raise ValueError("model name 'ceiling' is reserved (the oracle scores evaluate reads)")
         return self
 
 

@@ -124,6 +124,8 @@ def test_malformed_overrides_and_cross_field_checks():
         load_config(None, ["evaluate.image_model=good"])
     with pytest.raises(ConfigError, match="not divisible by heads"):
         load_config(None, ["train.models.good.width=65"])
+    with pytest.raises(ConfigError, match="'ceiling' is reserved"):
+        load_config(None, ["train.models.ceiling={kind: causal_lm, views: text}"])
     with pytest.raises(ConfigError, match="no such recipe file"):
         load_config("/nonexistent/recipe.yaml")
 
