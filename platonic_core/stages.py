@@ -905,7 +905,7 @@ MATCH_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "match",
-            1,
+            2,
             ("match",),
             ("scores.json", "table.md", "match.png"),
             match,
