@@ -6,6 +6,7 @@
     platonic lineage RUN_ID [--json]             evaluation run -> ... -> ingested source
     platonic align A B [--metric M] [--k 10]     alignment between two feature files
     platonic compare CONFIG [--json]             text models x vision encoders x eval sets
+    platonic match CONFIG [--json]               pair-free classification: class names <-> image clusters
     platonic ablate RECIPE [--quick] [--json]    the Table-7 grid over seeds (configs/table7.yaml)
     platonic table EXPERIMENT                    the grid of the latest ablation, read from MLflow
     platonic forecast EXPERIMENT --model M       scaling law: predict a run the fit never saw
@@ -192,6 +193,44 @@ def compare(
     else:
         typer.echo((Path(results["output_dir"]) / "table.md").read_text())
         typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+@app.command()
+def match(
+    config: str = typer.Argument(
+        ..., help="match recipe: a YAML file (configs/match_world.yaml) or a packaged name (match_world)"
+    ),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+) -> None:
+    """Pair-free classification: k-means image clusters matched to class-name embeddings by
+    their kernels alone (no image-text pair); top-1/top-5 vs chance and the labelled oracle."""
+    from platonic.core.config import ClassMatchConfig
+    from platonic.core.stages import match_base
+
+    with _reported_errors():
+        cfg = load_config(config, sets, model=ClassMatchConfig)
+        match_base(cfg)  # a bad base recipe or model name fails here, before Prefect starts
+        services.embedded_defaults()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from .match import match_flow
+
+            results = match_flow(cfg.model_dump(mode="json"))
+    if as_json:
+        short = {k: v for k, v in results.items() if k != "scores"} | {"scores": _match_summary(results)}
+        typer.echo(json.dumps(short, indent=1))
+    else:
+        typer.echo((Path(results["output_dir"]) / "table.md").read_text())
+        typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+def _match_summary(results: dict) -> dict:
+    """The scores without per-seed records (those stay in results.json)."""
+    return {
+        cs: {m: {k: v for k, v in r.items() if k != "runs"} for m, r in models.items()}
+        for cs, models in results["scores"].items()
+    }
 
 
 @app.command()

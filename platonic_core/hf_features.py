@@ -52,16 +52,19 @@ def hf_text_layer_features(
     max_length: int = 512,
     device: str | None = None,
     show_progress: bool = False,
+    gguf_file: str | None = None,
 ) -> list[np.ndarray]:
-    """All hidden states of a text model, pooled: L+1 arrays of (N, D)."""
+    """All hidden states of a text model, pooled: L+1 arrays of (N, D). `gguf_file`: load
+    that GGUF file in the `model_id` folder/repo (transformers dequantises it; needs `gguf`)."""
     from transformers import AutoModel, AutoTokenizer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tok = AutoTokenizer.from_pretrained(model_id, revision=revision, trust_remote_code=trust_remote_code)
+    gguf = {"gguf_file": gguf_file} if gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(model_id, revision=revision, trust_remote_code=trust_remote_code, **gguf)
     if tok.pad_token is None:  # causal LMs often have none: pad with EOS, masked out anyway
         tok.pad_token = tok.eos_token or tok.unk_token
     model = AutoModel.from_pretrained(
-        model_id, revision=revision, dtype=_dtype(dtype), trust_remote_code=trust_remote_code
+        model_id, revision=revision, dtype=_dtype(dtype), trust_remote_code=trust_remote_code, **gguf
     )
     if hasattr(model, "text_model") and hasattr(model, "vision_model"):  # a CLIP-like pair
         model = model.text_model

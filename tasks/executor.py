@@ -294,11 +294,18 @@ def run_instance(
     return m
 
 
-def run_instances(cfg: Any, insts: list[StageInstance], modes: dict[str, str], ctx: RunContext) -> dict[str, Manifest]:
+def run_instances(
+    cfg: Any,
+    insts: list[StageInstance],
+    modes: dict[str, str],
+    ctx: RunContext,
+    given: dict[str, Manifest] | None = None,
+) -> dict[str, Manifest]:
     """Every instance not skipped, in order (a topological order), each on its upstream
     manifests. Instances of a `fan_out` stage go to the recipe's fan-out engine together
-    (one Dask task run each) when it has one."""
-    done: dict[str, Manifest] = {}
+    (one Dask task run each) when it has one. `given`: manifests of instances another flow's
+    recipe already resolved (the base pipeline of `platonic match`), by instance id."""
+    done: dict[str, Manifest] = dict(given or {})
     mapper = recipe_mapper(cfg)
 
     def call_args(inst: StageInstance) -> tuple:

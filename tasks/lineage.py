@@ -49,8 +49,8 @@ def trace(run_id: str, out_dir: str) -> dict:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     if tracking.STAGE_TAG not in run.data.tags:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
-        # inputs are every cell), else from its evaluate child
-        for stage in ("ablation", "evaluate"):
+        # inputs are every cell; a match's `match`), else from its evaluate child
+        for stage in ("ablation", "match", "evaluate"):
             kids = c.search_runs(
                 [run.info.experiment_id],
                 filter_string=(
