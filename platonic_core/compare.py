@@ -69,7 +69,7 @@ def _images(evalset_dir: Path) -> list:
     ]
 
 
-def _checkpoint(path: Path):
+def trained_model(path: Path):
     """A `train` artifact folder -> (model, its ModelConfig)."""
     from .artifacts import Manifest
     from .config import ModelConfig
@@ -93,7 +93,7 @@ def embed_model(cfg: FeatureModelConfig, modality: str, evalset_dir: Path, out: 
                 cfg.id, texts, cfg.pooling, cfg.batch_size, cfg.revision, cfg.dtype, cfg.trust_remote_code
             )
         else:
-            model, mcfg = _checkpoint(Path(cfg.id))
+            model, mcfg = trained_model(Path(cfg.id))
             if mcfg.kind == "image_jepa":
                 raise ValueError(f"{cfg.id}: an image model cannot embed texts")
             max_len = json.loads((Path(cfg.id) / "model.json").read_text())["max_len"]
@@ -107,7 +107,7 @@ def embed_model(cfg: FeatureModelConfig, modality: str, evalset_dir: Path, out: 
                 cfg.id, images, cfg.batch_size, cfg.revision, cfg.dtype, cfg.trust_remote_code
             )
         else:
-            model, mcfg = _checkpoint(Path(cfg.id))
+            model, mcfg = trained_model(Path(cfg.id))
             if mcfg.kind != "image_jepa":
                 raise ValueError(f"{cfg.id}: a {mcfg.kind} cannot embed images")
             size = json.loads((Path(cfg.id) / "model.json").read_text())["image_size"]
