@@ -39,7 +39,7 @@ def load_caption(
             raise ConfigError(f"{origin}: {key}.id {enc.id!r} is a {models[enc.id].kind}, not {what}")
     if cfg.data.source == "world" and base.ingest.source != "world":
         src = base.ingest.source
-        raise ConfigError(f"{origin}: data.source world needs a base recipe on the world (its ingest.source is {src!r})")
+        raise ConfigError(f"{origin}: data.source world needs a base recipe on the world, not ingest.source {src!r}")
     return cfg, base
 
 
