@@ -666,12 +666,12 @@ class PairFreeConfig(Section):
 
     init: Literal["axes", "profiles"] = "axes"
     dim: int = Field(32, ge=2)
-    points: int = Field(800, ge=16)
+    points: int = Field(600, ge=16)
     disjoint: bool = True
-    iterations: int = Field(30, ge=1)
+    iterations: int = Field(20, ge=1)
     epsilon: float = Field(0.02, gt=0)  # Sinkhorn's entropic weight, relative to the mean cost
-    sweeps: int = Field(2, ge=0)
-    flip_iterations: int = Field(5, ge=1)
+    sweeps: int = Field(1, ge=0)
+    flip_iterations: int = Field(3, ge=1)
 
 
 class CaptionMapsConfig(Section):

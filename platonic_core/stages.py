@@ -968,7 +968,7 @@ CAPTION_SPECS: dict[str, StageSpec] = {
         StageSpec(
             "caption_eval",
             1,
-            ("eval", "seeds"),
+            ("eval.metrics", "eval.max_new_tokens", "eval.num_beams", "seeds"),
             ("generations.parquet", "scores.json"),
             caption_eval,
             "captions of the held-out images through every map, the ceiling and the floors; pycocoevalcap scores "
@@ -980,7 +980,7 @@ CAPTION_SPECS: dict[str, StageSpec] = {
                 "decoder": f"caption_decoder:{i.model}",
                 "map": f"caption_map:{i.model}",
             },
-            uses=("threads", "decoder.device"),
+            uses=("threads", "decoder.device", "eval.batch_size"),
             log_files=("scores.json", "generations.parquet"),
         ),
         StageSpec(

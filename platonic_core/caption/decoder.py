@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -236,4 +237,17 @@ def generate(
             pad_token_id=pad,
         )  # (B, new tokens): with inputs_embeds only, generate returns the new tokens
         out += [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)]
-    return out
+    return [_rejoin(t) for t in out] if _word_level(tok) else out
+
+
+def _word_level(tok) -> bool:
+    """A scratch decoder's tokenizer: words and punctuation split apart (tokenizer.py)."""
+    from tokenizers.models import WordLevel
+
+    return isinstance(getattr(getattr(tok, "backend_tokenizer", None), "model", None), WordLevel)
+
+
+def _rejoin(text: str) -> str:
+    """Undo the word-level split of hyphenated words ("left - hand" -> "left-hand"), which a
+    PTB tokenizer would otherwise score as two words against references' one."""
+    return re.sub(r"\s*-\s*", "-", text)
