@@ -18,14 +18,15 @@ from prefect import flow
 from platonic.core.caption.recipe import pipeline_needs
 from platonic.core.caption.summary import summary_metrics
 from platonic.core.config import CaptionConfig, PipelineConfig
-from platonic.core.stages import RUN, caption_instances, closure
+from platonic.core.stages import FORCE, RUN, caption_instances, closure
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, run_folder
 
 
 @flow(name="caption", log_prints=True)
-def caption_flow(config: dict, base: dict | None = None) -> dict:
+def caption_flow(config: dict, base: dict | None = None, force: list[str] | None = None) -> dict:
+    """`force`: caption stages (names or instance ids) re-executed even on a cache hit."""
     cfg = CaptionConfig.model_validate(config)
     pcfg = PipelineConfig.model_validate(base) if base is not None else None
     with parent_run(
@@ -41,7 +42,8 @@ def caption_flow(config: dict, base: dict | None = None) -> dict:
             insts = closure(pcfg, pipeline_needs(cfg, pcfg))
             given = run_instances(pcfg, insts, {i.id: RUN for i in insts}, ctx)
         insts = caption_instances(cfg)
-        done = run_instances(cfg, insts, {i.id: RUN for i in insts}, ctx, given=given)
+        modes = {i.id: FORCE if force and (i.stage in force or i.id in force) else RUN for i in insts}
+        done = run_instances(cfg, insts, modes, ctx, given=given)
         report = done["caption_report"]
         summary = json.loads((report.path / "summary.json").read_text())
         tracking.log_metrics(ctx.client, ctx.parent_run_id, summary_metrics(summary))

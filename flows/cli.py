@@ -235,6 +235,7 @@ def caption(
     ),
     sets: list[str] = typer.Option([], "--set", help="override a caption field: key=value, e.g. seeds=[0]"),
     base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe"),
+    force: list[str] = typer.Option([], "--force", help="re-execute this caption stage even on a cache hit"),
     as_json: bool = typer.Option(False, "--json", help="print the results (run ids, summary) as JSON to stdout"),
 ) -> None:
     """Captions through one map: image encoder -> linear map (paired at N pairs, or pair-free) ->
@@ -249,6 +250,12 @@ def caption(
         fail(str(e), 1)
     with _reported_errors():
         cfg, base = load_caption(recipe, sets, base_sets)
+        from platonic.core.stages import caption_instances
+
+        known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}
+        for f in force:
+            if f not in known:
+                raise ConfigError(f"--force {f!r}: not a caption stage ({', '.join(sorted(known))})")
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         if base is not None:
             services.apply(base.services)
@@ -257,7 +264,9 @@ def caption(
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .caption import caption_flow
 
-            results = caption_flow(cfg.model_dump(mode="json"), base.model_dump(mode="json") if base else None)
+            results = caption_flow(
+                cfg.model_dump(mode="json"), base.model_dump(mode="json") if base else None, force=force or None
+            )
     if as_json:
         typer.echo(json.dumps(results, indent=1))
         return

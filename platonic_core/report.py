@@ -388,17 +388,19 @@ def _caption_method(m: str) -> str:
 
 def caption_table(summary: dict) -> str:
     """Markdown: per conditioning encoder and method, CIDEr-D and BLEU-4 (mean over seeds and
-    t interval), METEOR and ROUGE-L (means), and the map's R@1 on the eval images."""
+    t interval), METEOR and ROUGE-L (means, where scored), and the map's R@1 on the eval images."""
     conf = int(round(summary["confidence"] * 100))
     n_seeds = len(summary["seeds"])
+    scored = {k for rows in summary["encoders"].values() for m in rows.values() for k in m}
+    extra = [k for k in ("METEOR", "ROUGE-L") if k in scored]
     lines = [
         f"Captions of {summary['n_images']} held-out images ({summary['references_per_image']:.1f} references "
         f"each), pycocoevalcap ×100; mean over {n_seeds} seeds with a {conf}% t interval. Map R@1: an image's "
         f"mapped feature retrieving its own caption's embedding among all eval captions (chance "
         f"{1 / summary['n_images']:.4f}).",
         "",
-        "| encoder | method | CIDEr-D | BLEU-4 | METEOR | ROUGE-L | map R@1 |",
-        "|---|---|---|---|---|---|---|",
+        "| encoder | method | CIDEr-D | BLEU-4 | " + "".join(f"{k} | " for k in extra) + "map R@1 |",
+        "|---|---|---|---|" + "---|" * len(extra) + "---|",
     ]
 
     def cell(metrics: dict, k: str, ci: bool) -> str:
@@ -411,18 +413,14 @@ def caption_table(summary: dict) -> str:
         for m, metrics in rows.items():
             r1 = metrics.get("map_R@1")
             r1s = f"{r1['mean']:.3f}" if r1 and r1["mean"] is not None else "–"
-            lines.append(
-                f"| {enc} | {_caption_method(m)} | {cell(metrics, 'CIDEr-D', True)} | {cell(metrics, 'BLEU-4', True)} "
-                f"| {cell(metrics, 'METEOR', False)} | {cell(metrics, 'ROUGE-L', False)} | {r1s} |"
-            )
+            cells = [cell(metrics, "CIDEr-D", True), cell(metrics, "BLEU-4", True)]
+            cells += [cell(metrics, k, False) for k in extra]
+            lines.append(f"| {enc} | {_caption_method(m)} | " + " | ".join(cells) + f" | {r1s} |")
     f = summary.get("frequent") or {}
     if f:
-        lines.append(
-            f"| (any) | {CAPTION_METHODS['frequent']} | {f.get('CIDEr-D', float('nan')):.1f} "
-            f"| {f.get('BLEU-4', float('nan')):.1f} | {f.get('METEOR', float('nan')):.1f} "
-            f"| {f.get('ROUGE-L', float('nan')):.1f} | – |"
-        )
-    lines += ["", f"The most frequent training caption: “{summary.get('frequent_caption', '')}”."]
+        values = " | ".join(f"{f[k]:.1f}" if k in f else "–" for k in ("CIDEr-D", "BLEU-4", *extra))
+        lines.append(f"| (any) | {CAPTION_METHODS['frequent']} | {values} | – |")
+    lines += ["", f"The most frequent training caption: “{summary.get('frequent_caption', '')}”"]
     return "\n".join(lines) + "\n"
 
 
@@ -454,12 +452,12 @@ def caption_plot(summary: dict, path: Path) -> None:
             hi = [s["ci"][1] - s["mean"] if s["ci"][1] is not None else 0 for _, s in pts]
             ax.errorbar(xs, ys, yerr=[lo, hi], color=c, ls=styles.get(kind, "-"), marker="o", ms=3, capsize=2,
                         label=f"{enc}: {kind}")  # fmt: skip
-        for m, ls in (("pairfree", (0, (4, 2))), ("ceiling", ":")):
+        for m, ls in (("pairfree", "-."), ("ceiling", ":")):
             if m in rows and "CIDEr-D" in rows[m]:
                 ax.axhline(rows[m]["CIDEr-D"]["mean"], color=c, ls=ls, lw=1, label=f"{enc}: {m}")
     f = summary.get("frequent") or {}
     if "CIDEr-D" in f:
-        ax.axhline(f["CIDEr-D"], color="k", ls="-.", lw=0.8, label="most frequent caption")
+        ax.axhline(f["CIDEr-D"], color="#444444", ls=(0, (1, 3)), lw=1, label="most frequent caption")
     ax.set_xscale("log")
     if n_all:
         ticks = sorted({t for t in ax.get_xticks() if 1 <= t < n_all})
