@@ -817,9 +817,11 @@ def caption_map(call: StageCall):
     from .caption.run import run_maps
 
     info = run_maps(call.input("text"), call.input("image"), call.cfg.maps, list(call.cfg.seeds), call.out)
-    stats = {
-        f"pairfree_transport_cost_seed_{s}": v["pairfree"]["transport_cost"] for s, v in info.items() if "pairfree" in v
-    }
+    stats = {}
+    for seed, v in info.items():  # the pair-free map's matching cost, and that of the rotation pairs would pick
+        for k in ("transport_cost", "paired_rotation_transport_cost"):
+            if k in v.get("pairfree", {}):
+                stats[f"pairfree_{k}_seed_{seed}"] = v["pairfree"][k]
     return {"maps": sum(len(v) for v in info.values())}, stats
 
 

@@ -115,10 +115,21 @@ def _refine(a: np.ndarray, b: np.ndarray, r: np.ndarray, eps: float, iterations:
     return r, float((sinkhorn(cost, eps * float(cost.mean())) * cost).sum())
 
 
-def fit_pairfree(x: np.ndarray, y: np.ndarray, p: PairFreeConfig, seed: int = 0) -> tuple[LinearMap, dict]:
+def fit_pairfree(
+    x: np.ndarray,
+    y: np.ndarray,
+    p: PairFreeConfig,
+    seed: int = 0,
+    check_pairs: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[LinearMap, dict]:
     """A map X -> Y from two unpaired clouds (x: (Nx, Dx) images, y: (Ny, Dy) captions; the
     rows need not correspond, nor their numbers agree). Returns a `LinearMap` (its `predict`
-    gives Y coordinates) and diagnostics (transport cost along the way, flips accepted)."""
+    gives Y coordinates) and diagnostics (transport cost along the way, flips accepted).
+
+    `check_pairs` (paired rows, used after the fit and only for a diagnostic): the rotation
+    the pairs would choose in the same coordinates, and its transport cost on the same points.
+    If that cost is *higher* than the one found, no pair-free search could have found the
+    paired map: the two clouds are not isometric enough for their distributions to tell."""
     rng = np.random.default_rng(seed)
     xm, xc, xs = _standardise(x.astype(np.float64))
     ym, yc, ys = _standardise(y.astype(np.float64))
@@ -153,4 +164,11 @@ def fit_pairfree(x: np.ndarray, y: np.ndarray, p: PairFreeConfig, seed: int = 0)
             break
     w = px @ r @ py.T  # (Dx, Dy): centred/scaled X -> centred/scaled Y through the d-dim rotation
     m = LinearMap("pairfree", w, xm, ym, xs, ys, x.shape[1])
-    return m, {"transport_cost": cost, "cost_per_sweep": trace, "flips": flips, "dim": d, "points": [len(a), len(b)]}
+    info = {"transport_cost": cost, "cost_per_sweep": trace, "flips": flips, "dim": d, "points": [len(a), len(b)]}
+    if check_pairs is not None:
+        pa, pb = ((check_pairs[0] - xm) / xs) @ px, ((check_pairs[1] - ym) / ys) @ py  # (N, d) each
+        rp = procrustes(pa.T @ pb)
+        c = _sqdist(a @ rp, b)
+        info["paired_rotation_transport_cost"] = float((sinkhorn(c, p.epsilon * float(c.mean())) * c).sum())
+        info["paired_rotation_residual"] = float(np.linalg.norm(pa @ rp - pb) / max(np.linalg.norm(pb), 1e-12))
+    return m, info
