@@ -376,6 +376,7 @@ CAPTION_METHODS = {
     "pairfree": "pair-free rotation (no pair)",
     "floor_shuffled": "floor: the paired map on shuffled images",
     "frequent": "floor: the most frequent training caption",
+    "human": "bound: another true caption of the image (no decoder)",
 }
 
 
@@ -416,10 +417,11 @@ def caption_table(summary: dict) -> str:
             cells = [cell(metrics, "CIDEr-D", True), cell(metrics, "BLEU-4", True)]
             cells += [cell(metrics, k, False) for k in extra]
             lines.append(f"| {enc} | {_caption_method(m)} | " + " | ".join(cells) + f" | {r1s} |")
-    f = summary.get("frequent") or {}
-    if f:
-        values = " | ".join(f"{f[k]:.1f}" if k in f else "–" for k in ("CIDEr-D", "BLEU-4", *extra))
-        lines.append(f"| (any) | {CAPTION_METHODS['frequent']} | {values} | – |")
+    for name in ("human", "frequent"):
+        f = summary.get("once", {}).get(name)
+        if f:
+            values = " | ".join(f"{f[k]:.1f}" if k in f else "–" for k in ("CIDEr-D", "BLEU-4", *extra))
+            lines.append(f"| (any) | {CAPTION_METHODS[name]} | {values} | – |")
     lines += ["", f"The most frequent training caption: “{summary.get('frequent_caption', '')}”"]
     return "\n".join(lines) + "\n"
 
@@ -455,7 +457,7 @@ def caption_plot(summary: dict, path: Path) -> None:
         for m, ls in (("pairfree", "-."), ("ceiling", ":")):
             if m in rows and "CIDEr-D" in rows[m]:
                 ax.axhline(rows[m]["CIDEr-D"]["mean"], color=c, ls=ls, lw=1, label=f"{enc}: {m}")
-    f = summary.get("frequent") or {}
+    f = summary.get("once", {}).get("frequent", {})
     if "CIDEr-D" in f:
         ax.axhline(f["CIDEr-D"], color="#444444", ls=(0, (1, 3)), lw=1, label="most frequent caption")
     ax.set_xscale("log")

@@ -6,7 +6,9 @@ For each seed, the decoder of that seed reads, per eval image:
   It is scored against the image's other references, never the caption it decoded from;
 - `floor_shuffled`: the paired map on all pairs applied to another image's features (a
   random permutation of the eval images): what an uninformative image feature gets.
-And once (no decoder): `frequent`, the most frequent decoder training caption, for every image.
+And once (no decoder): `frequent`, the most frequent decoder training caption, for every image
+(a floor); `human`, the conditioning caption itself, another true caption of the image, scored
+like the ceiling (inter-annotator agreement: what any captioner could hope for on this metric).
 
 Beside the caption metrics, each map's own quality on the eval images: R@1 of an image's
 mapped feature retrieving its caption's text embedding among all eval captions (cosine;
@@ -36,7 +38,7 @@ from .score import score_systems
 if TYPE_CHECKING:
     from ..config import CaptionEvalConfig
 
-BOUNDS = ("ceiling", "floor_shuffled", "frequent")
+ONCE = ("human", "frequent")  # bounds with no decoder, so no seed
 
 
 def _norm(s: str) -> str:
@@ -105,6 +107,8 @@ def run_caption_eval(
                 log(f"seed {seed} {name}: {caps[0]!r}")
     frequent = frequent_caption(decoder_texts)
     systems["frequent"] = dict.fromkeys(ids, frequent)
+    systems["human"] = dict(zip(ids, cond_texts, strict=True))
+    system_refs["human"] = ceiling_refs
     scores = score_systems(refs, systems, list(cfg.metrics), system_refs)
     per_seed: dict[str, dict[str, dict]] = {}
     for key, s in scores.items():
