@@ -38,8 +38,6 @@ from .score import score_systems
 if TYPE_CHECKING:
     from ..config import CaptionEvalConfig
 
-ONCE = ("human", "frequent")  # bounds with no decoder, so no seed
-
 
 def _norm(s: str) -> str:
     return " ".join(s.lower().replace(".", " ").replace(",", " ").split())
