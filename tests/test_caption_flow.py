@@ -39,8 +39,8 @@ def test_world_captions_through_one_map_logged_and_reported(tiny_run):
     cfg, base = load_caption(ROOT / "configs" / "caption_tiny.yaml", [f"out_dir={out}"])
     res = caption_flow(cfg.model_dump(mode="json"), base.model_dump(mode="json"))
     s = res["summary"]
-    assert set(s["encoders"]) == {"good", "ntp"} and s["seeds"] == [0, 1] and s["n_images"] == 24
-    expected = {"ceiling", "lstsq@10", "lstsq@all", "procrustes@10", "procrustes@all", "pairfree", "floor_shuffled"}
+    assert set(s["encoders"]) == {"good", "ntp"} and s["seeds"] == [0, 1] and s["n_images"] == 16
+    expected = {"ceiling", "lstsq@10", "lstsq@all", "pairfree", "floor_shuffled"}
     for rows in s["encoders"].values():
         assert set(rows) == expected
         for m, metrics in rows.items():
