@@ -70,11 +70,22 @@ def test_world_captions_through_one_map_logged_and_reported(tiny_run):
     logged = {f.path for f in c.list_artifacts(runs["caption_report"].info.run_id, "outputs")}
     assert {"outputs/table.md", "outputs/examples.html", "outputs/example_00.png"} <= logged
     assert "examples.html" in {f.path for f in c.list_artifacts(res["run_id"])}
-    # lineage: the eval's inputs are the decoder, the map and both encoders' features
+    # lineage: the eval's inputs are the decoder, the map and both encoders' features, and
+    # `platonic lineage` walks from the flow's report back to the world
     ev = runs["caption_eval:good"].data.tags
     assert {"caption_decoder:good", "caption_map:good", "caption_text:good", "caption_image"} <= set(
         json.loads(ev["platonic.upstream"])
     )
+    from platonic.tasks.lineage import trace
+
+    tree = trace(res["run_id"], str(out))
+
+    def stages(n):
+        yield n["stage"]
+        for u in n.get("upstream", []):
+            yield from stages(u)
+
+    assert tree["stage"] == "caption_report" and {"world", "train:good", "caption_decoder:good"} <= set(stages(tree))
 
 
 def test_the_coco_recipe_runs_on_local_standins(tmp_path, prefect_harness):
