@@ -8,6 +8,7 @@
     platonic compare CONFIG [--json]             text models x vision encoders x eval sets
     platonic match CONFIG [--json]               pair-free classification: class names <-> image clusters
     platonic ablate RECIPE [--quick] [--json]    the Table-7 grid over seeds (configs/table7.yaml)
+    platonic caption RECIPE [--set k=v] [--json] captions through one map (configs/caption_world.yaml)
     platonic table EXPERIMENT                    the grid of the latest ablation, read from MLflow
     platonic forecast EXPERIMENT --model M       scaling law: predict a run the fit never saw
     platonic stand-ins [DIR]                     tiny local models for configs/compare_tiny.yaml
@@ -264,6 +265,54 @@ def ablate(
         f"MLflow run id: {results['run_id']}   "
         f"(experiment {results['experiment']!r}: platonic table {results['experiment']})"
     )
+
+
+@app.command()
+def caption(
+    recipe: str = typer.Argument(
+        ..., help="caption recipe: a YAML file (configs/caption_world.yaml) or a packaged name (caption_world)"
+    ),
+    sets: list[str] = typer.Option([], "--set", help="override a caption field: key=value, e.g. seeds=[0]"),
+    base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe"),
+    force: list[str] = typer.Option([], "--force", help="re-execute this caption stage even on a cache hit"),
+    as_json: bool = typer.Option(False, "--json", help="print the results (run ids, summary) as JSON to stdout"),
+) -> None:
+    """Captions through one map: image encoder -> linear map (paired at N pairs, or pair-free) ->
+    a decoder trained on text only; scored with pycocoevalcap (needs Java)."""
+    from platonic.core.caption.recipe import load_caption
+    from platonic.core.caption.score import MissingJava, MissingScorer, require_java, require_scorer
+
+    try:  # before anything runs: scoring needs both
+        require_scorer()
+        require_java()
+    except (MissingJava, MissingScorer) as e:
+        fail(str(e), 1)
+    with _reported_errors():
+        cfg, base = load_caption(recipe, sets, base_sets)
+        from platonic.core.stages import caption_instances
+
+        known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}
+        for f in force:
+            if f not in known:
+                raise ConfigError(f"--force {f!r}: not a caption stage ({', '.join(sorted(known))})")
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        if base is not None:
+            services.apply(base.services)
+        else:
+            services.embedded_defaults()
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from .caption import caption_flow
+
+            results = caption_flow(
+                cfg.model_dump(mode="json"), base.model_dump(mode="json") if base else None, force=force or None
+            )
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+        return
+    out = Path(results["output_dir"])
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"outputs:       {out}  (table.md, curve.png, examples.md, examples.html)")
+    typer.echo(f"MLflow run id: {results['run_id']}   (experiment {results['experiment']!r})")
 
 
 @app.command()

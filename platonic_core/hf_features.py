@@ -53,9 +53,11 @@ def hf_text_layer_features(
     device: str | None = None,
     show_progress: bool = False,
     gguf_file: str | None = None,
+    keep: int | None = None,
 ) -> list[np.ndarray]:
     """All hidden states of a text model, pooled: L+1 arrays of (N, D). `gguf_file`: load
-    that GGUF file in the `model_id` folder/repo (transformers dequantises it; needs `gguf`)."""
+    that GGUF file in the `model_id` folder/repo (transformers dequantises it; needs `gguf`).
+    `keep`: only that layer (index into the L+1; -1 = the last), so memory holds one layer of N rows."""
     from transformers import AutoModel, AutoTokenizer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -77,7 +79,8 @@ def hf_text_layer_features(
         ).to(device)
         enc = {k: v for k, v in enc.items() if k in accepted}
         out = model(**enc, output_hidden_states=True)
-        chunks.append([pool_tokens(h.float(), enc["attention_mask"], pooling).cpu() for h in out.hidden_states])
+        hidden = out.hidden_states if keep is None else (out.hidden_states[keep],)
+        chunks.append([pool_tokens(h.float(), enc["attention_mask"], pooling).cpu() for h in hidden])
     return [torch.cat([c[i] for c in chunks]).numpy() for i in range(len(chunks[0]))]
 
 
@@ -91,9 +94,11 @@ def hf_image_layer_features(
     trust_remote_code: bool = False,
     device: str | None = None,
     show_progress: bool = False,
+    keep: int | None = None,
 ) -> list[np.ndarray]:
-    """CLS token of every block of a vision encoder: L+1 arrays of (N, D). `images`: PIL
-    images or uint8 (H, W, 3) arrays."""
+    """CLS token of every block of a vision encoder: L+1 arrays of (N, D). `images`: a
+    sequence (sliced batch by batch, so it may load lazily) of PIL images or uint8 (H, W, 3)
+    arrays. `keep`: only that layer (-1 = the last)."""
     from PIL import Image
     from transformers import AutoImageProcessor, AutoModel
 
@@ -105,10 +110,15 @@ def hf_image_layer_features(
     if hasattr(model, "vision_model"):  # CLIPModel -> its vision tower
         model = model.vision_model
     model = model.to(device).eval()
-    pics = [im if isinstance(im, Image.Image) else Image.fromarray(np.asarray(im, dtype=np.uint8)) for im in images]
+
+    def pil(im) -> Image.Image:
+        return im if isinstance(im, Image.Image) else Image.fromarray(np.asarray(im, dtype=np.uint8))
+
     chunks: list[list[torch.Tensor]] = []
-    for s in tqdm(range(0, len(pics), batch_size), desc=f"embed {model_id}", disable=not show_progress):
-        px = proc(images=pics[s : s + batch_size], return_tensors="pt")["pixel_values"].to(device, model.dtype)
+    for s in tqdm(range(0, len(images), batch_size), desc=f"embed {model_id}", disable=not show_progress):
+        pics = [pil(im).convert("RGB") for im in images[s : s + batch_size]]  # one batch decoded at a time
+        px = proc(images=pics, return_tensors="pt")["pixel_values"].to(device, model.dtype)
         out = model(pixel_values=px, output_hidden_states=True)
-        chunks.append([h[:, 0].float().cpu() for h in out.hidden_states])  # CLS of every block
+        hidden = out.hidden_states if keep is None else (out.hidden_states[keep],)
+        chunks.append([h[:, 0].float().cpu() for h in hidden])  # CLS of every block
     return [torch.cat([c[i] for c in chunks]).numpy() for i in range(len(chunks[0]))]

@@ -367,3 +367,156 @@ def scaling_plot(sc: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+# ---- captioning through one map (platonic_core/caption) ---------------------------------
+
+CAPTION_METHODS = {
+    "ceiling": "ceiling: decoded from a true caption's own embedding (no image)",
+    "pairfree": "pair-free rotation (no pair)",
+    "floor_shuffled": "floor: the paired map on shuffled images",
+    "frequent": "floor: the most frequent training caption",
+    "human": "bound: another true caption of the image (no decoder)",
+}
+
+
+def _caption_method(m: str) -> str:
+    if "@" in m:
+        kind, n = m.split("@")
+        return f"{kind} on {'all' if n == 'all' else n} pairs"
+    return CAPTION_METHODS.get(m, m)
+
+
+def caption_table(summary: dict) -> str:
+    """Markdown: per conditioning encoder and method, CIDEr-D and BLEU-4 (mean over seeds and
+    t interval), METEOR and ROUGE-L (means, where scored), and the map's R@1 on the eval images."""
+    conf = int(round(summary["confidence"] * 100))
+    n_seeds = len(summary["seeds"])
+    scored = {k for rows in summary["encoders"].values() for m in rows.values() for k in m}
+    extra = [k for k in ("METEOR", "ROUGE-L") if k in scored]
+    lines = [
+        f"Captions of {summary['n_images']} held-out images ({summary['references_per_image']:.1f} references "
+        f"each), pycocoevalcap ×100; mean over {n_seeds} seeds with a {conf}% t interval. Map R@1: an image's "
+        f"mapped feature retrieving its own caption's embedding among all eval captions (chance "
+        f"{1 / summary['n_images']:.4f}).",
+        "",
+        "| encoder | method | CIDEr-D | BLEU-4 | " + "".join(f"{k} | " for k in extra) + "map R@1 |",
+        "|---|---|---|---|" + "---|" * len(extra) + "---|",
+    ]
+
+    def cell(metrics: dict, k: str, ci: bool) -> str:
+        s = metrics.get(k)
+        if not s or s["mean"] is None:
+            return "–"
+        return _fmt(s, 1) if ci else f"{s['mean']:.1f}"
+
+    for enc, rows in summary["encoders"].items():
+        for m, metrics in rows.items():
+            r1 = metrics.get("map_R@1")
+            r1s = f"{r1['mean']:.3f}" if r1 and r1["mean"] is not None else "–"
+            cells = [cell(metrics, "CIDEr-D", True), cell(metrics, "BLEU-4", True)]
+            cells += [cell(metrics, k, False) for k in extra]
+            lines.append(f"| {enc} | {_caption_method(m)} | " + " | ".join(cells) + f" | {r1s} |")
+    for name in ("human", "frequent"):
+        f = summary.get("once", {}).get(name)
+        if f:
+            values = " | ".join(f"{f[k]:.1f}" if k in f else "–" for k in ("CIDEr-D", "BLEU-4", *extra))
+            lines.append(f"| (any) | {CAPTION_METHODS[name]} | {values} | – |")
+    lines += ["", f"The most frequent training caption: “{summary.get('frequent_caption', '')}”"]
+    return "\n".join(lines) + "\n"
+
+
+def caption_plot(summary: dict, path: Path) -> None:
+    """CIDEr-D against the number of pairs the map was fitted on (log axis), per encoder and
+    paired kind, mean with its interval; pair-free and the ceiling as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    colours = ["#3b7dd8", "#e0a030", "#c0504d", "#2a8a4a", "#6a3d9a", "#777777"]
+    styles = {"lstsq": "-", "procrustes": "--"}
+    n_all = None
+    for k, (enc, rows) in enumerate(summary["encoders"].items()):
+        c = colours[k % len(colours)]
+        paired: dict[str, list[tuple[float, dict]]] = {}
+        for m, metrics in rows.items():
+            if "@" in m and "CIDEr-D" in metrics:
+                kind, n = m.split("@")
+                paired.setdefault(kind, []).append((n, metrics["CIDEr-D"]))
+        for kind, pts in paired.items():
+            finite = [int(n) for n, _ in pts if n != "all"]
+            n_all = n_all or (max(finite) * 10 if finite else 10)
+            xs = [n_all if n == "all" else int(n) for n, _ in pts]
+            ys = [s["mean"] for _, s in pts]
+            lo = [s["mean"] - s["ci"][0] if s["ci"][0] is not None else 0 for _, s in pts]
+            hi = [s["ci"][1] - s["mean"] if s["ci"][1] is not None else 0 for _, s in pts]
+            ax.errorbar(xs, ys, yerr=[lo, hi], color=c, ls=styles.get(kind, "-"), marker="o", ms=3, capsize=2,
+                        label=f"{enc}: {kind}")  # fmt: skip
+        for m, ls in (("pairfree", "-."), ("ceiling", ":")):
+            if m in rows and "CIDEr-D" in rows[m]:
+                ax.axhline(rows[m]["CIDEr-D"]["mean"], color=c, ls=ls, lw=1, label=f"{enc}: {m}")
+    f = summary.get("once", {}).get("frequent", {})
+    if "CIDEr-D" in f:
+        ax.axhline(f["CIDEr-D"], color="#444444", ls=(0, (1, 3)), lw=1, label="most frequent caption")
+    ax.set_xscale("log")
+    if n_all:
+        ticks = sorted({t for t in ax.get_xticks() if 1 <= t < n_all})
+        ax.set_xticks([*ticks, n_all], [*(f"{int(t)}" for t in ticks), "all"])
+        ax.set_xlim(right=n_all * 1.5)
+    ax.set_xlabel("image-caption pairs the map was fitted on")
+    ax.set_ylabel("CIDEr-D ×100")
+    ax.set_title(f"captions through one map ({len(summary['seeds'])} seeds, {int(summary['confidence'] * 100)}% CI)")
+    ax.legend(fontsize=6, ncol=2, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def caption_examples(examples: list[dict], out: Path) -> list[str]:
+    """An examples page, as Markdown (images beside it as example_NN.png) and as one
+    self-contained HTML file (images inline). Each example: `image` (uint8 (H, W, 3) array or
+    PIL image), `image_id`, `references`, `captions` (label -> generated caption). Returns the
+    files written."""
+    import base64
+    import html
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    md = ["# Captions through one map: examples", ""]
+    page = [
+        "<!doctype html><meta charset='utf-8'><title>captions through one map</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px}td{vertical-align:top;padding:6px}"
+        "img{image-rendering:pixelated}li{margin:2px 0}</style><h1>Captions through one map: examples</h1><table>",
+    ]
+    files = []
+    for k, ex in enumerate(examples):
+        im = ex["image"] if isinstance(ex["image"], Image.Image) else Image.fromarray(np.asarray(ex["image"]))
+        scale = max(1, 128 // max(im.size))  # tiny world renders: scaled up, pixels kept sharp
+        im = im.convert("RGB").resize((im.size[0] * scale, im.size[1] * scale), Image.NEAREST)
+        name = f"example_{k:02d}.png"
+        im.save(out / name)
+        files.append(name)
+        buf = io.BytesIO()
+        im.save(buf, format="PNG")
+        b64 = base64.b64encode(buf.getvalue()).decode()
+        md += [f"## {ex['image_id']}", "", f"![{ex['image_id']}]({name})", "", "References:", ""]
+        md += [f"- {r}" for r in ex["references"]]
+        md += ["", "| conditioning → decoder | caption |", "|---|---|"]
+        md += [f"| {label} | {cap} |" for label, cap in ex["captions"].items()]
+        md.append("")
+        refs = "".join(f"<li>{html.escape(r)}</li>" for r in ex["references"])
+        caps = "".join(
+            f"<tr><td><b>{html.escape(lab)}</b></td><td>{html.escape(c)}</td></tr>" for lab, c in ex["captions"].items()
+        )
+        page.append(
+            f"<tr><td><img src='data:image/png;base64,{b64}'><br><small>{html.escape(ex['image_id'])}</small></td>"
+            f"<td><i>references</i><ul>{refs}</ul><table>{caps}</table></td></tr>"
+        )
+    page.append("</table>")
+    (out / "examples.md").write_text("\n".join(md) + "\n")
+    (out / "examples.html").write_text("\n".join(page) + "\n")
+    return [*files, "examples.md", "examples.html"]

@@ -38,6 +38,12 @@ class LinearMap:
         """Map X-space rows into (centred, scaled) Y space."""
         return self._pad((x - self.x_mean) / self.x_scale) @ self.weight
 
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Map X-space rows into Y's own coordinates (the fitted centring and scale undone):
+        (N, Dx) -> (N, Dy), what a consumer of Y features (a decoder) reads."""
+        dy = self.y_mean.shape[0]
+        return self.forward(x)[:, :dy] * self.y_scale + self.y_mean
+
     def target(self, y: np.ndarray) -> np.ndarray:
         """Y-space rows in the same centred, scaled coordinates."""
         return self._pad((y - self.y_mean) / self.y_scale)

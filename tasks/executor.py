@@ -260,10 +260,10 @@ def _execute_locked(
         )
         tracking.log_metrics(c, run_id, {**counts, **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})
         tracking.log_text(c, run_id, manifest.to_json(), "manifest.json")
-        for name in spec.log_files:
-            p = manifest.path / name
-            if p.exists():
-                c.log_artifact(run_id, str(p), "outputs")
+        for name in spec.log_files:  # a name, or a glob (example_*.png)
+            for p in sorted(manifest.path.glob(name)):
+                if p.is_file():
+                    c.log_artifact(run_id, str(p), "outputs")
         c.set_terminated(run_id, "FINISHED")
         log.info("%-14s done       %s in %.1fs %s", inst.id, manifest.digest[:12], stats["seconds"], counts)
         return manifest
@@ -304,7 +304,8 @@ def run_instances(
     """Every instance not skipped, in order (a topological order), each on its upstream
     manifests. Instances of a `fan_out` stage go to the recipe's fan-out engine together
     (one Dask task run each) when it has one. `given`: manifests of instances another flow's
-    recipe already resolved (the base pipeline of `platonic match`), by instance id."""
+    recipe already resolved (the base pipeline of `platonic match` or `platonic caption`), by
+    instance id."""
     done: dict[str, Manifest] = dict(given or {})
     mapper = recipe_mapper(cfg)
 

@@ -3,7 +3,7 @@
 Each stage run carries `platonic.upstream_runs` (input stage -> the run that produced that
 input); a cache-hit run points at its producer through `platonic.producer_run_id`. The walk
 starts at an evaluate run (or at a flow's parent run: a pipeline's evaluate child, an
-ablation's summary stage).
+ablation's summary stage, a caption flow's report).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def trace(run_id: str, out_dir: str) -> dict:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     if tracking.STAGE_TAG not in run.data.tags:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
-        # inputs are every cell; a match's `match`), else from its evaluate child
-        for stage in ("ablation", "match", "evaluate"):
+        # inputs are every cell; a match's `match`, a caption flow's report), else from its evaluate child
+        for stage in ("ablation", "match", "caption_report", "evaluate"):
             kids = c.search_runs(
                 [run.info.experiment_id],
                 filter_string=(

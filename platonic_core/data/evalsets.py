@@ -31,6 +31,7 @@ class EvalSet:
     captions: list[str]
     caption_image: list[str]  # image id of each caption
     _load_image: Callable[[int], object] = field(repr=False, default=None)
+    image_paths: list[str] | None = field(repr=False, default=None)  # image files, when the set has them
 
     def __post_init__(self) -> None:
         known = set(self.image_ids)
@@ -126,7 +127,9 @@ def load_karpathy(json_path: str | Path, image_root: str | Path, split: str = "t
             owner.append(iid)
     if not ids:
         raise EvalSetError(f"{json_path}: no images in split {split!r}")
-    return EvalSet(f"{json_path.stem}:{split}", ids, captions, owner, lambda i: _open(paths[i]))
+    return EvalSet(
+        f"{json_path.stem}:{split}", ids, captions, owner, lambda i: _open(paths[i]), [str(p) for p in paths]
+    )
 
 
 def load_coco_captions(json_path: str | Path, image_root: str | Path) -> EvalSet:

@@ -6,7 +6,7 @@ scene), `generate` (`generate_world`: the world on disk; `load_scenes` reads it 
 """
 
 from .captions import alt_text, paraphrase, recaption
-from .generate import generate_world, leak_eval_captions, load_scenes
+from .generate import generate_world, leak_eval_captions, load_scenes, more_captions
 from .render import render
 from .scenes import (
     Scene,
@@ -22,6 +22,7 @@ from .streams import (
     STREAM_LEAK,
     STREAM_PARAPHRASE,
     STREAM_RECAPTION,
+    STREAM_REFERENCE,
     STREAM_RENDER,
     STREAM_SCENE,
     scene_rng,
@@ -31,6 +32,7 @@ __all__ = [
     "generate_world",
     "scene_rng",
     "load_scenes",
+    "more_captions",
     "attribute_vector",
     "recaption",
     "paraphrase",
@@ -47,6 +49,7 @@ __all__ = [
     "STREAM_LEAK",
     "STREAM_PARAPHRASE",
     "STREAM_RECAPTION",
+    "STREAM_REFERENCE",
     "STREAM_RENDER",
     "STREAM_SCENE",
 ]

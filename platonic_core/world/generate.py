@@ -31,6 +31,7 @@ from .streams import (
     STREAM_EVAL_CAPTION,
     STREAM_EVAL_WEB,
     STREAM_LEAK,
+    STREAM_REFERENCE,
     STREAM_RENDER,
     STREAM_SCENE,
     scene_rng,
@@ -140,6 +141,13 @@ def leak_eval_captions(alt_rows: list[tuple[str, str]], eval_rows: list[tuple[st
     for e, a in zip(src, dst, strict=True):
         alt_rows[a] = (alt_rows[a][0], _web_variant(eval_rows[e][1], rng))
     return len(src)
+
+
+def more_captions(scene: Scene, index: int, cfg: WorldConfig, n: int, first: int = 1) -> list[str]:
+    """`n` more complete captions of scene `index` (the captioner's grammar), the r-th from its
+    own stream (STREAM_REFERENCE, r) for r = first .. first + n - 1: what several annotators
+    write of one image, for captioning's references. Deterministic given the world config."""
+    return [recaption(scene, cfg, scene_rng(cfg.seed, index, STREAM_REFERENCE, r)) for r in range(first, first + n)]
 
 
 def load_scenes(world_dir: Path) -> dict[str, tuple[int, Scene, str]]:

@@ -12,6 +12,8 @@ STREAM_SCENE, STREAM_RENDER, STREAM_ALT, STREAM_EVAL_CAPTION = 0, 1, 2, 3
 # scene's draws are the same at every dose (a scene non-visual at 0.25 is non-visual at 0.5 too)
 STREAM_ALT_NONVISUAL, STREAM_ALT_WRONG, STREAM_EVAL_WEB = 4, 5, 6
 STREAM_RECAPTION, STREAM_PARAPHRASE = 10, 11
+# more complete captions of an eval scene (captioning's several references per image)
+STREAM_REFERENCE = 12
 STREAM_LEAK = 20
 
 
