@@ -260,9 +260,8 @@ def test_recipes_load_and_bad_ones_name_the_field(tmp_path):
     cfg = load_config("match_world", ["base=tiny", "out_dir=/tmp/x"], ClassMatchConfig)
     base = match_base(cfg)
     ids = [i.id for i in match_base_instances(base, cfg)]
-    assert base.out_dir == "/tmp/x" and ids == [
-        "world", "ingest", "positives", "dedup", "views", "train:bad", "train:good", "train:image", "train:ntp"
-    ]  # fmt: skip
+    assert base.out_dir == "/tmp/x" and ids[:5] == ["world", "ingest", "positives", "dedup", "views"]
+    assert sorted(ids[5:]) == ["train:bad", "train:good", "train:image", "train:ntp"]  # the pipeline's order
 
 
 # ---- EfficientNet-Lite0 -----------------------------------------------------------------
