@@ -20,7 +20,7 @@ from platonic.core.contract import StageInstance
 from platonic.core.stages import ABLATE_SPECS, ABLATION_INPUTS, RUN, instances, plan
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance, run_instances
-from platonic.tasks.runs import parent_run, publish, run_folder
+from platonic.tasks.runs import parent_run, publish, run_header
 
 
 @flow(name="ablate", log_prints=True)
@@ -49,11 +49,7 @@ def ablate(recipe: dict, cells: list[dict]) -> dict:
         summary = json.loads((summary_m.path / "summary.json").read_text())
         tracking.log_metrics(ctx.client, ctx.parent_run_id, grid_metrics(summary))
         results = {
-            "run_id": ctx.parent_run_id,
-            "experiment": abl.experiment,
-            "experiment_id": ctx.experiment_id,
-            "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(run_folder(ctx)),
+            **run_header(ctx, abl.experiment),
             "ablation_run_id": summary_m.producer_run_id,
             "cells": len(grid),
             "summary": summary,

@@ -21,7 +21,7 @@ from platonic.core.config import CaptionConfig, PipelineConfig
 from platonic.core.stages import FORCE, RUN, caption_instances, closure
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish, run_folder
+from platonic.tasks.runs import parent_run, publish, run_header
 
 
 @flow(name="caption", log_prints=True)
@@ -48,12 +48,8 @@ def caption_flow(config: dict, base: dict | None = None, force: list[str] | None
         summary = json.loads((report.path / "summary.json").read_text())
         tracking.log_metrics(ctx.client, ctx.parent_run_id, summary_metrics(summary))
         results = {
-            "run_id": ctx.parent_run_id,
-            "experiment": cfg.experiment,
-            "experiment_id": ctx.experiment_id,
+            **run_header(ctx, cfg.experiment),
             "recipe": cfg.name,
-            "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(run_folder(ctx)),
             "report_run_id": report.producer_run_id,
             "stages": {
                 k: {"cache_key": v.cache_key, "run_id": v.producer_run_id, "uri": v.uri} for k, v in done.items()

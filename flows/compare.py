@@ -14,7 +14,7 @@ from platonic.core.config import CompareConfig
 from platonic.core.stages import RUN, compare_instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish, run_folder
+from platonic.tasks.runs import parent_run, publish, run_header
 
 
 @flow(name="compare", log_prints=True)
@@ -26,12 +26,8 @@ def compare_flow(config: dict) -> dict:
         grid = run_instances(cfg, insts, {i.id: RUN for i in insts}, ctx)["compare"]
         scores = json.loads((grid.path / "scores.json").read_text())
         results = {
-            "run_id": ctx.parent_run_id,
-            "experiment": cfg.experiment,
-            "experiment_id": ctx.experiment_id,
+            **run_header(ctx, cfg.experiment),
             "recipe": cfg.name,
-            "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(run_folder(ctx)),
             "compare_run_id": grid.producer_run_id,
             **scores,
         }

@@ -16,7 +16,7 @@ from platonic.core.config import ClassMatchConfig
 from platonic.core.stages import RUN, match_base, match_base_instances, match_instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish, run_folder
+from platonic.tasks.runs import parent_run, publish, run_header
 
 
 @flow(name="match", log_prints=True)
@@ -34,12 +34,8 @@ def match_flow(config: dict) -> dict:
         m = done["match"]
         scores = json.loads((m.path / "scores.json").read_text())
         results = {
-            "run_id": ctx.parent_run_id,
-            "experiment": cfg.experiment,
-            "experiment_id": ctx.experiment_id,
+            **run_header(ctx, cfg.experiment),
             "recipe": cfg.name,
-            "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(run_folder(ctx)),
             "match_run_id": m.producer_run_id,
             "stages": {
                 k: {"cache_key": v.cache_key, "run_id": v.producer_run_id, "uri": v.uri} for k, v in done.items()

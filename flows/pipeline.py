@@ -18,7 +18,7 @@ from platonic.core.config import PipelineConfig, load_config, stable_hash
 from platonic.core.stages import instances, plan
 from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
-from platonic.tasks.runs import parent_run, publish, run_folder
+from platonic.tasks.runs import parent_run, publish, run_header
 
 from . import services
 
@@ -74,13 +74,9 @@ def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext
     """results.json: per model its scores and the MLflow runs behind them."""
     parent = ctx.parent_run_id
     results = {
-        "run_id": parent,
-        "experiment": cfg.experiment,
-        "experiment_id": ctx.experiment_id,
+        **run_header(ctx, cfg.experiment),
         "recipe": cfg.name,
         "config_digest": stable_hash(cfg),
-        "tracking_uri": ctx.tracking_uri,
-        "output_dir": str(run_folder(ctx)),
         "stages": {
             k: {"cache_key": v.cache_key, "digest": v.digest, "run_id": v.producer_run_id, "uri": v.uri}
             for k, v in m.items()

@@ -18,7 +18,7 @@ from platonic.core.contract import IncompleteArtifact, StageInstance
 from platonic.core.stages import FORCE, RUN, audit_inputs, corpus_source
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance
-from platonic.tasks.runs import parent_run, publish, run_folder
+from platonic.tasks.runs import parent_run, publish, run_header
 
 # `platonic ingest --out DIR` writes outside the store: the store remembers where, so
 # `platonic corpus stats` finds it
@@ -42,11 +42,7 @@ def run_audit(config: dict, force: bool = False) -> dict:
         )
         summary = json.loads((m.path / "summary.json").read_text())
         results = {
-            "run_id": ctx.parent_run_id,
-            "experiment": cfg.experiment,
-            "experiment_id": ctx.experiment_id,
-            "tracking_uri": ctx.tracking_uri,
-            "output_dir": str(run_folder(ctx)),
+            **run_header(ctx, cfg.experiment),
             "artifact": m.uri,
             "audit_run_id": m.producer_run_id,
             "cache_hit": m.created_at < started,

@@ -71,6 +71,17 @@ def publish(ctx: RunContext, results: dict[str, Any], files: dict[str, Path]) ->
     return out
 
 
+def run_header(ctx: RunContext, experiment: str) -> dict[str, Any]:
+    """The fields every flow's results.json starts with: where the parent run lives."""
+    return {
+        "run_id": ctx.parent_run_id,
+        "experiment": experiment,
+        "experiment_id": ctx.experiment_id,
+        "tracking_uri": ctx.tracking_uri,
+        "output_dir": str(run_folder(ctx)),
+    }
+
+
 def run_folder(ctx: RunContext) -> Path:
     """Where a flow run's outputs go (publish writes them): OUT_DIR/runs/<parent run id>/."""
     return ctx.out_dir / "runs" / ctx.parent_run_id
