@@ -33,6 +33,34 @@ def _write(out: Path, name: str, cols: dict[str, list]) -> None:
     pq.write_table(pa.table(cols), out / name)
 
 
+def _write_caption_data(
+    out: Path,
+    pairs: list[tuple[str, str]],
+    decoder_texts: list[tuple[str, str]],
+    refs: list[tuple[str, int, str]],
+    conds: list[tuple[str, str]],
+    images: dict[str, list],
+) -> dict[str, int]:
+    """The five files every captioning source writes (ids with texts; `images`: its columns)."""
+    _write(out, "pairs.parquet", {"image_id": [p[0] for p in pairs], "text": [p[1] for p in pairs]})
+    _write(
+        out, "decoder_texts.parquet", {"image_id": [d[0] for d in decoder_texts], "text": [d[1] for d in decoder_texts]}
+    )
+    _write(
+        out,
+        "references.parquet",
+        {
+            "image_id": [r[0] for r in refs],
+            "ref_index": pa.array([r[1] for r in refs], pa.int32()),
+            "text": [r[2] for r in refs],
+        },
+    )
+    _write(out, "conditions.parquet", {"image_id": [c[0] for c in conds], "text": [c[1] for c in conds]})
+    _write(out, "images.parquet", images)
+    n_eval = sum(r == "eval" for r in images["role"])
+    return {"pairs": len(pairs), "decoder_texts": len(decoder_texts), "eval_images": n_eval, "references": len(refs)}
+
+
 def world_data(
     world_dir: Path, dedup_dir: Path, world_cfg: WorldConfig, cfg: CaptionDataConfig, out: Path
 ) -> dict[str, int]:
@@ -60,30 +88,14 @@ def world_data(
         more = more_captions(scene, index, world_cfg, cfg.references)
         refs += [(i, r, x) for r, x in enumerate([eval_caption[i], *more[:-1]])]
         conds.append((i, more[-1]))
-    _write(out, "pairs.parquet", {"image_id": train, "text": [first[i] for i in train]})
-    _write(out, "decoder_texts.parquet", {"image_id": [r[0] for r in texts], "text": [r[2] for r in texts]})
-    _write(
-        out,
-        "references.parquet",
-        {
-            "image_id": [r[0] for r in refs],
-            "ref_index": pa.array([r[1] for r in refs], pa.int32()),
-            "text": [r[2] for r in refs],
-        },
-    )
-    _write(out, "conditions.parquet", {"image_id": [c[0] for c in conds], "text": [c[1] for c in conds]})
     ids = train + eval_ids
-    _write(
-        out,
-        "images.parquet",
-        {
-            "image_id": ids,
-            "role": ["pairs"] * len(train) + ["eval"] * len(eval_ids),
-            "render_row": pa.array([scenes[i][0] for i in ids], pa.int32()),  # a scene's index is its render row
-            "path": [""] * len(ids),
-        },
-    )
-    return {"pairs": len(train), "decoder_texts": len(texts), "eval_images": len(eval_ids), "references": len(refs)}
+    images = {
+        "image_id": ids,
+        "role": ["pairs"] * len(train) + ["eval"] * len(eval_ids),
+        "render_row": pa.array([scenes[i][0] for i in ids], pa.int32()),  # a scene's index is its render row
+        "path": [""] * len(ids),
+    }
+    return _write_caption_data(out, [(i, first[i]) for i in train], [(r[0], r[2]) for r in texts], refs, conds, images)
 
 
 def _karpathy(s: EvalSetConfig, default_split: str, field: str):
@@ -117,29 +129,15 @@ def karpathy_data(cfg: CaptionDataConfig, out: Path) -> dict[str, int]:
     eid = [f"eval/{i}" for i in e_ids]
     refs = [(f"eval/{i}", r, x) for i in e_ids for r, x in enumerate(e_caps[i][: cfg.references])]
     dec = [(f"texts/{i}", x) for i in t_ids for x in t_caps[i]]
-    _write(out, "pairs.parquet", {"image_id": pid, "text": [p_caps[i][0] for i in p_ids]})
-    _write(out, "decoder_texts.parquet", {"image_id": [d[0] for d in dec], "text": [d[1] for d in dec]})
-    _write(
-        out,
-        "references.parquet",
-        {
-            "image_id": [r[0] for r in refs],
-            "ref_index": pa.array([r[1] for r in refs], pa.int32()),
-            "text": [r[2] for r in refs],
-        },
-    )
-    _write(out, "conditions.parquet", {"image_id": eid, "text": [e_caps[i][0] for i in e_ids]})
-    _write(
-        out,
-        "images.parquet",
-        {
-            "image_id": pid + eid,
-            "role": ["pairs"] * len(pid) + ["eval"] * len(eid),
-            "render_row": pa.array([-1] * (len(pid) + len(eid)), pa.int32()),
-            "path": [str(p) for p in p_paths] + [str(p) for p in e_paths],
-        },
-    )
-    return {"pairs": len(pid), "decoder_texts": len(dec), "eval_images": len(eid), "references": len(refs)}
+    images = {
+        "image_id": pid + eid,
+        "role": ["pairs"] * len(pid) + ["eval"] * len(eid),
+        "render_row": pa.array([-1] * (len(pid) + len(eid)), pa.int32()),
+        "path": [str(p) for p in p_paths] + [str(p) for p in e_paths],
+    }
+    pairs = [(f"pairs/{i}", p_caps[i][0]) for i in p_ids]
+    conds = [(f"eval/{i}", e_caps[i][0]) for i in e_ids]
+    return _write_caption_data(out, pairs, dec, refs, conds, images)
 
 
 def karpathy_sources(cfg: CaptionDataConfig) -> dict[str, tuple[str, str, dict[str, int]]]:
