@@ -37,12 +37,8 @@ def materialize_evalset(cfg: EvalSetConfig, out: Path) -> dict[str, int]:
         ev = load_karpathy(cfg.source, cfg.image_root or ".", cfg.split or "test")
     else:
         ev = load_coco_captions(cfg.source, cfg.image_root or ".")
-    n = len(ev.image_ids) if cfg.limit is None else min(cfg.limit, len(ev.image_ids))
-    keep = set(ev.image_ids[:n])
-    rows: dict[str, list[str]] = {}
-    for c, i in zip(ev.captions, ev.caption_image, strict=True):
-        if i in keep:
-            rows.setdefault(i, []).append(c)
+    ids, rows = ev.captions_by_image(cfg.limit)
+    n = len(ids)
     # every caption, grouped by image in image order; caption_index 0 = the one for alignment
     cap_img = [i for i in ev.image_ids[:n] for _ in rows[i]]
     cap_idx = [j for i in ev.image_ids[:n] for j in range(len(rows[i]))]

@@ -105,13 +105,8 @@ def _karpathy(s: EvalSetConfig, default_split: str, field: str):
         ev = load_karpathy(s.source, s.image_root or ".", s.split or default_split)
     except EvalSetError as e:
         raise CaptionDataError(f"data.{field}: {e}") from None
-    n = len(ev.image_ids) if s.limit is None else min(s.limit, len(ev.image_ids))
-    keep = set(ev.image_ids[:n])
-    caps: dict[str, list[str]] = {}
-    for c, i in zip(ev.captions, ev.caption_image, strict=True):
-        if i in keep:
-            caps.setdefault(i, []).append(c)
-    return ev.image_ids[:n], caps, (ev.image_paths or [])[:n]
+    ids, caps = ev.captions_by_image(s.limit)
+    return ids, caps, (ev.image_paths or [])[: len(ids)]
 
 
 def karpathy_data(cfg: CaptionDataConfig, out: Path) -> dict[str, int]:

@@ -33,6 +33,16 @@ class EvalSet:
     _load_image: Callable[[int], object] = field(repr=False, default=None)
     image_paths: list[str] | None = field(repr=False, default=None)  # image files, when the set has them
 
+    def captions_by_image(self, limit: int | None = None) -> tuple[list[str], dict[str, list[str]]]:
+        """The first `limit` images (all when None) and each one's captions, in caption order."""
+        ids = self.image_ids if limit is None else self.image_ids[:limit]
+        keep = set(ids)
+        caps: dict[str, list[str]] = {}
+        for c, i in zip(self.captions, self.caption_image, strict=True):
+            if i in keep:
+                caps.setdefault(i, []).append(c)
+        return ids, caps
+
     def __post_init__(self) -> None:
         known = set(self.image_ids)
         missing = [c for c in self.caption_image if c not in known]
