@@ -45,10 +45,17 @@ class Manifest:
     stats: dict[str, Any] = field(default_factory=dict)  # not content: timings, losses
     producer_run_id: str = ""
     created_at: float = 0.0
+    files: dict[str, str] = field(default_factory=dict)  # content file -> sha256 (`digest` hashes these)
 
     @property
     def path(self) -> Path:
         return Path(self.uri)
+
+    def files_digest(self, names: tuple[str, ...]) -> str:
+        """One digest of some of the artifact's files: what a stage that reads only those
+        is keyed on. Manifests written before per-file digests were kept hash the files."""
+        digests = {n: self.files[n] if n in self.files else file_digest(self.path / n) for n in sorted(names)}
+        return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)
@@ -85,13 +92,27 @@ def file_digest(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def file_digests(folder: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every content file."""
+    return {
+        str(p.relative_to(folder)): file_digest(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST and p.suffix not in DERIVED_SUFFIXES
+    }
+
+
+def combined_digest(files: dict[str, str]) -> str:
+    """sha256 over (relative path, file sha256) of the files, sorted by path parts (as
+    `Path`s sort: `a/b` before `a-c`, so digests match those computed before per-file ones)."""
+    h = hashlib.sha256()
+    for rel in sorted(files, key=lambda r: r.split("/")):
+        h.update(rel.encode() + b"\0" + files[rel].encode() + b"\n")
+    return h.hexdigest()
+
+
 def folder_digest(folder: Path) -> str:
     """sha256 over (relative path, file sha256) of every content file, sorted."""
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.name != MANIFEST and p.suffix not in DERIVED_SUFFIXES:
-            h.update(str(p.relative_to(folder)).encode() + b"\0" + file_digest(p).encode() + b"\n")
-    return h.hexdigest()
+    return combined_digest(file_digests(folder))
 
 
 def describe_schema(folder: Path) -> dict[str, Any]:
@@ -156,7 +177,8 @@ class ArtifactStore:
         is) and write the manifest last."""
         final = Path(dest).resolve() if dest is not None else self.folder(manifest.stage, manifest.cache_key)
         manifest.uri = str(final)
-        manifest.digest = folder_digest(tmp)
+        manifest.files = file_digests(tmp)
+        manifest.digest = combined_digest(manifest.files)
         manifest.schema = describe_schema(tmp)
         manifest.created_at = time.time()
         if final != Path(tmp).resolve():

@@ -128,6 +128,9 @@ class StageSpec:
     # checkpoints); "kept" (a forced rerun resumes from it: generated positives)
     state: str = "none"
     fan_out: bool = False  # several instances of this stage may run at once (one per worker)
+    # inputs of which the stage reads only some files: role -> those files. The key covers
+    # only their digests, so a change elsewhere in the input (a world's alt-texts) is a hit.
+    input_files: Callable[[Any, StageInstance], dict[str, tuple[str, ...]]] | None = None
 
 
 class ConfigView:
@@ -174,6 +177,16 @@ def config_view(spec: StageSpec, inst: StageInstance, cfg: Any) -> ConfigView:
 def config_slice(spec: StageSpec, inst: StageInstance, cfg: Any) -> dict[str, Any]:
     """The `reads` slice: what the cache key and the MLflow params see."""
     return {r: to_plain(get_path(cfg, r)) for r in declared(spec, inst)[0]}
+
+
+def input_digests(
+    spec: StageSpec, inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], roles: dict[str, str]
+) -> dict[str, str]:
+    """What the key sees of each input (named as in `inputs`): its digest, or for a role
+    in `spec.input_files` the digest of just the files the stage reads."""
+    files = spec.input_files(cfg, inst) if spec.input_files else {}
+    parts = {roles.get(role, role): names for role, names in files.items()}
+    return {n: m.files_digest(parts[n]) if n in parts else m.digest for n, m in inputs.items()}
 
 
 def cache_key(spec: StageSpec, inst: StageInstance, cfg: Any, input_digests: dict[str, str]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +279,19 @@ def _data_of(cfg: PipelineConfig, model: str) -> str:
     return "world" if cfg.train.models[model].kind == "image_jepa" else "views"
 
 
+# what the image model's train and embed read of the world: renders and their split. Neither
+# changes with the world's text knobs (alt-texts, leaks: their own random streams), so an
+# alt-text sweep trains and embeds the image encoder once.
+_RENDER_FILES = ("scenes.parquet", "renders.npy")
+
+
+def _render_files(role: str) -> Callable[[PipelineConfig, StageInstance], dict[str, tuple[str, ...]]]:
+    def files(cfg: PipelineConfig, inst: StageInstance) -> dict[str, tuple[str, ...]]:
+        return {role: _RENDER_FILES} if cfg.train.models[inst.model].kind == "image_jepa" else {}
+
+    return files
+
+
 def _eval_of(cfg: PipelineConfig, model: str) -> str:
     """What a model's eval features come from: the world's eval renders or the eval captions."""
     return "world" if cfg.train.models[model].kind == "image_jepa" else "ingest"
@@ -366,6 +380,7 @@ SPECS: dict[str, StageSpec] = {
             "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
             "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>",
             inputs=lambda cfg, i: {"data": _data_of(cfg, i.model)},
+            input_files=_render_files("data"),
             uses=("train.threads",),
             log_files=("model.safetensors", "model.json", "tokenizer.json"),
             state="until_commit",
@@ -378,6 +393,7 @@ SPECS: dict[str, StageSpec] = {
             embed,
             "per-layer embeddings of the eval captions (text models) or eval renders (image model)",
             inputs=lambda cfg, i: {"model": f"train:{i.model}", "eval": _eval_of(cfg, i.model)},
+            input_files=_render_files("eval"),
             uses=("train.models.{model}",),
             fan_out=True,
         ),

@@ -42,6 +42,7 @@ from platonic.core.contract import (
     cache_key,
     config_slice,
     config_view,
+    input_digests,
 )
 from platonic.core.stages import CACHED_ONLY, FORCE, SKIP, spec_of, upstream
 
@@ -114,10 +115,10 @@ def execute(
     place (a resumable stage keeps what an earlier run finished). An artifact whose counts
     report failed shards is incomplete: never a cache hit, so a rerun retries them."""
     spec = spec_of(inst)
-    key = cache_key(spec, inst, cfg, {n: m.digest for n, m in inputs.items()})
+    roles = roles or {n: n for n in inputs}
+    key = cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, inputs, roles))
     if mode != FORCE and (key, inst.id) in ctx.resolved:
         return ctx.resolved[(key, inst.id)]
-    roles = roles or {n: n for n in inputs}
     with _exclusive(ctx.store, inst, key):
         manifest = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
     ctx.resolved[(key, inst.id)] = manifest

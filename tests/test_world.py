@@ -407,3 +407,40 @@ def test_web_knobs_are_shares(key):
         assert f"'world.{key}'" in msg and ("less than or equal to 1" in msg or "greater than or equal to 0" in msg)
         assert f"(got {float(bad)!r})" in msg or f"(got {bad})" in msg, msg
     assert load_config(None, [f"world.{key}=1"]).world.model_dump()[key] == 1.0
+
+
+def test_text_knobs_leave_the_renders_so_the_image_encoder_is_a_cache_hit(world, tmp_path):
+    """An alt-text sweep (alt_nonvisual, alt_wrong, eval_leak) rewrites texts only: the files the
+    image model's train and embed read are byte-identical, so their cache keys are equal while
+    the world's own digest (and a text model's key) moves."""
+    from platonic.core.artifacts import ArtifactStore, Manifest
+    from platonic.core.config import load_config
+    from platonic.core.contract import StageInstance, cache_key, input_digests
+    from platonic.core.stages import spec_of
+
+    web = WorldConfig(n_train=64, n_eval=32, eval_leak=0.2, alt_nonvisual=0.5, alt_wrong=0.3)
+    generate_world(web, tmp_path / "web")
+    for f in ("scenes.parquet", "renders.npy"):
+        assert (tmp_path / "web" / f).read_bytes() == (world / f).read_bytes(), f
+    assert folder_digest(tmp_path / "web") != folder_digest(world)
+
+    store = ArtifactStore(tmp_path / "store")
+    cfg = load_config("tiny")
+
+    def keys(folder: Path) -> dict[str, str]:
+        staged = store.staging("world", folder.name)
+        for f in folder.iterdir():
+            (staged / f.name).write_bytes(f.read_bytes())
+        m = Manifest("world", 1, folder.name, "", "", {}, {}, {}, {}, {})
+        m = store.commit(staged, m)
+        out = {}
+        for inst in (StageInstance("train", "image"), StageInstance("embed", "image"), StageInstance("train", "good")):
+            spec = spec_of(inst)
+            role = "data" if inst.stage == "train" else "eval"
+            out[inst.id] = cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, {"world": m}, {role: "world"}))
+        return out
+
+    plain, web_keys = keys(world), keys(tmp_path / "web")
+    assert plain["train:image"] == web_keys["train:image"]
+    assert plain["embed:image"] == web_keys["embed:image"]
+    assert plain["train:good"] != web_keys["train:good"]  # a text model's data is the whole input
