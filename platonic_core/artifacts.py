@@ -16,7 +16,9 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,8 @@ class Manifest:
     producer_run_id: str = ""
     created_at: float = 0.0
     files: dict[str, str] = field(default_factory=dict)  # content file -> sha256 (`digest` hashes these)
+    # content file -> [bytes, mtime_ns] at commit: a hit whose files still match is not rehashed
+    file_stats: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -81,7 +85,11 @@ class Manifest:
 
     @classmethod
     def read(cls, folder: Path) -> Manifest:
-        return cls(**json.loads((folder / MANIFEST).read_text()))
+        """The manifest of an artifact folder, located where it is now: the stored `uri` is
+        relative to the store, so a copied or moved out_dir reads its own files."""
+        m = cls(**json.loads((folder / MANIFEST).read_text()))
+        m.uri = str(Path(folder).resolve())
+        return m
 
 
 def file_digest(path: Path, chunk: int = 1 << 20) -> str:
@@ -92,13 +100,42 @@ def file_digest(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def content_files(folder: Path) -> list[Path]:
+    """The files the digest covers: all but the manifest and derived indexes, sorted."""
+    return [
+        p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST and p.suffix not in DERIVED_SUFFIXES
+    ]
+
+
 def file_digests(folder: Path) -> dict[str, str]:
     """Relative path -> sha256 of every content file."""
-    return {
-        str(p.relative_to(folder)): file_digest(p)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST and p.suffix not in DERIVED_SUFFIXES
-    }
+    return {str(p.relative_to(folder)): file_digest(p) for p in content_files(folder)}
+
+
+def file_stats(folder: Path, names: Iterable[str]) -> dict[str, list[int]]:
+    """Relative path -> [bytes, mtime_ns]: what `verify` compares before it rehashes a file."""
+    return {n: [(st := (folder / n).stat()).st_size, st.st_mtime_ns] for n in names}
+
+
+def verify(manifest: Manifest) -> str | None:
+    """Why a committed artifact's files no longer are what its manifest recorded (None: they
+    are). A file whose size and mtime are unchanged since the commit is trusted; any other
+    is rehashed. Manifests from before per-file digests are checked by the whole digest."""
+    folder = manifest.path
+    if not manifest.files:
+        return None if folder_digest(folder) == manifest.digest else "its content digest differs"
+    present = {str(p.relative_to(folder)) for p in content_files(folder)}
+    if missing := sorted(set(manifest.files) - present):
+        return f"{missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+    if extra := sorted(present - set(manifest.files)):
+        return f"{extra[0]} was added after it was committed"
+    for name, digest in manifest.files.items():
+        st = (folder / name).stat()
+        if manifest.file_stats.get(name) == [st.st_size, st.st_mtime_ns]:
+            continue
+        if file_digest(folder / name) != digest:
+            return f"{name} changed after it was committed (sha256 differs)"
+    return None
 
 
 def combined_digest(files: dict[str, str]) -> str:
@@ -133,6 +170,19 @@ def describe_schema(folder: Path) -> dict[str, Any]:
     return out
 
 
+_HOST = socket.gethostname().replace("-", "_")  # `-` separates the pid in a staging name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 class ArtifactStore:
     """Folders keyed by (stage, cache key) under `root`."""
 
@@ -149,8 +199,15 @@ class ArtifactStore:
         return Manifest.read(folder)
 
     def staging(self, stage: str, cache_key: str) -> Path:
-        """A fresh scratch folder; `commit` moves it into place atomically."""
-        tmp = self.folder(stage, cache_key).with_name(f".{cache_key}.tmp-{os.getpid()}")
+        """A fresh scratch folder; `commit` moves it into place atomically. Named after this
+        host and process, so the scratch of a producer that died (kill -9) is recognised and
+        swept here, while another live run's (or another host's, on a shared out_dir) stays."""
+        tmp = self.folder(stage, cache_key).with_name(f".{cache_key}.tmp-{_HOST}-{os.getpid()}")
+        if tmp.parent.is_dir():
+            for stale in tmp.parent.glob(f".*.tmp-{_HOST}-*"):
+                pid = stale.name.rsplit("-", 1)[1]
+                if stale != tmp and pid.isdigit() and not _alive(int(pid)):
+                    shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp
@@ -176,7 +233,6 @@ class ArtifactStore:
         """Move the staging folder into place (or, for `in_place` work, leave it where it
         is) and write the manifest last."""
         final = Path(dest).resolve() if dest is not None else self.folder(manifest.stage, manifest.cache_key)
-        manifest.uri = str(final)
         manifest.files = file_digests(tmp)
         manifest.digest = combined_digest(manifest.files)
         manifest.schema = describe_schema(tmp)
@@ -185,5 +241,9 @@ class ArtifactStore:
             if final.exists():  # a forced re-run replaces the previous artifact
                 shutil.rmtree(final)
             tmp.rename(final)
+        manifest.file_stats = file_stats(final, manifest.files)  # rename keeps mtimes; stat where they stay
+        # on disk the location is relative to the store (a copied out_dir reads its own files)
+        manifest.uri = str(final.relative_to(self.root)) if final.is_relative_to(self.root) else str(final)
         (final / MANIFEST).write_text(manifest.to_json())
+        manifest.uri = str(final)
         return manifest

@@ -30,7 +30,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
-from platonic.core.artifacts import ArtifactStore, Manifest
+from platonic.core.artifacts import ArtifactStore, Manifest, verify
 from platonic.core.config import PipelineConfig
 from platonic.core.contract import (
     IncompleteArtifact,
@@ -173,6 +173,14 @@ def _execute_locked(
     store, c, log = ctx.store, ctx.client, stage_logger()
     hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
     if hit is not None and hit.counts.get("shards_failed"):
+        hit = None
+    if hit is not None and mode != FORCE and (problem := verify(hit)):
+        # a corrupt cache must not feed a run: rebuild (the new commit replaces the folder)
+        if mode == CACHED_ONLY:
+            raise UpstreamNotCached(
+                f"stage {inst.id}: the cached artifact {hit.uri} is corrupt ({problem}); rerun without --only"
+            )
+        log.warning("%-14s cache hit  %s failed verification: %s; rebuilding it", inst.id, key, problem)
         hit = None
     if hit is None and mode == CACHED_ONLY:
         raise UpstreamNotCached(
