@@ -9,21 +9,14 @@ import pytest
 from scipy import stats as sps
 
 from platonic.core.scaling import SaturatingLaw, fit_law, forecast, samples_to_reach, seed_noise
-from platonic.core.stats import mean_ci, t_cdf, t_quantile
-
-
-@pytest.mark.parametrize("df", [1, 2, 4, 9, 30])
-@pytest.mark.parametrize("p", [0.6, 0.9, 0.975, 0.995])
-def test_t_quantile_matches_scipy(df, p):
-    assert t_quantile(p, df) == pytest.approx(sps.t.ppf(p, df), rel=1e-4)
-    assert t_cdf(-1.3, df) == pytest.approx(sps.t.cdf(-1.3, df), abs=1e-6)
+from platonic.core.stats import mean_ci
 
 
 def test_mean_ci_is_the_t_interval():
     x = [0.11, 0.14, 0.12]
     s = mean_ci(x, 0.95)
     lo, hi = sps.t.interval(0.95, 2, loc=np.mean(x), scale=sps.sem(x))
-    assert s["ci"] == pytest.approx([lo, hi], rel=1e-4)
+    assert s["ci"] == pytest.approx([lo, hi], rel=1e-12)
     assert mean_ci([0.2])["ci"] == [None, None]
     assert mean_ci([])["mean"] is None
 
