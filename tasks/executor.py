@@ -14,7 +14,6 @@ spec (`platonic.core.stages`), and runs each as a Prefect task run when inside a
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import shutil
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -146,16 +146,16 @@ def _exclusive(store: ArtifactStore, inst: StageInstance, key: str) -> Iterator[
     is released by the OS if its holder dies."""
     locks = store.root / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{inst.id.replace(':', '-')}-{key}.lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            stage_logger().info("%-14s waiting    %s (another run is producing it)", inst.id, key)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    lock = FileLock(locks / f"{inst.id.replace(':', '-')}-{key}.lock")
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        stage_logger().info("%-14s waiting    %s (another run is producing it)", inst.id, key)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _execute_locked(
