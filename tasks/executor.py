@@ -189,39 +189,31 @@ def _execute_locked(
         )
     upstream_keys = {n: m.cache_key for n, m in inputs.items()}
     upstream_runs = {n: m.producer_run_id for n, m in inputs.items()}
-    run_id = c.create_run(
-        ctx.experiment_id,
-        run_name=inst.id,
-        tags={
-            tracking.PARENT_TAG: ctx.parent_run_id,
-            tracking.STAGE_TAG: inst.stage,
-            tracking.INSTANCE_TAG: inst.id,
-            tracking.STAGE_VERSION_TAG: str(spec.version),
-            tracking.CACHE_KEY_TAG: key,
-            tracking.UPSTREAM_TAG: json.dumps(upstream_keys),
-            tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
-        },
-    ).info.run_id
+    tags = {
+        tracking.PARENT_TAG: ctx.parent_run_id,
+        tracking.STAGE_TAG: inst.stage,
+        tracking.INSTANCE_TAG: inst.id,
+        tracking.STAGE_VERSION_TAG: str(spec.version),
+        tracking.CACHE_KEY_TAG: key,
+        tracking.UPSTREAM_TAG: json.dumps(upstream_keys),
+        tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
+    }
+    if hit is not None and mode != FORCE:
+        # a hit stays visible but light: a finished child whose tags name the producer run,
+        # which holds the params, inputs, metrics and manifest (lineage reads them there)
+        log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
+        hit_tags = {tracking.CACHE_HIT_TAG: "true", tracking.PRODUCER_TAG: hit.producer_run_id}
+        run_id = c.create_run(
+            ctx.experiment_id, run_name=inst.id, tags={**tags, **hit_tags, tracking.DIGEST_TAG: hit.digest}
+        ).info.run_id
+        c.set_terminated(run_id, "FINISHED")
+        return hit
+    run_id = c.create_run(ctx.experiment_id, run_name=inst.id, tags=tags).info.run_id
     try:
         the_slice = config_slice(spec, inst, cfg)
         tracking.log_params(c, run_id, tracking.flatten(the_slice))
         for n, m in inputs.items():
             tracking.log_input(c, run_id, n, m.digest, m.uri, m.schema, m.counts)
-        if hit is not None and mode != FORCE:
-            log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
-            tracking.set_tags(
-                c,
-                run_id,
-                {
-                    tracking.CACHE_HIT_TAG: "true",
-                    tracking.PRODUCER_TAG: hit.producer_run_id,
-                    tracking.DIGEST_TAG: hit.digest,
-                },
-            )
-            tracking.log_metrics(c, run_id, hit.counts)
-            tracking.log_text(c, run_id, hit.to_json(), "manifest.json")
-            c.set_terminated(run_id, "FINISHED")
-            return hit
         log.info("%-14s running    %s%s", inst.id, key, " (forced)" if hit is not None else "")
         t0 = time.perf_counter()
         tmp = store.staging(inst.id, key) if folder is None else store.in_place(folder)

@@ -25,6 +25,13 @@ def _node(c, run_id: str) -> dict:
     except MlflowException as e:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     t = r.data.tags
+    # a cache hit's run is light (tags only): its config and inputs are its producer's
+    source = r
+    if t.get(tracking.CACHE_HIT_TAG) == "true" and t.get(tracking.PRODUCER_TAG):
+        try:
+            source = c.get_run(t[tracking.PRODUCER_TAG])
+        except MlflowException:
+            pass  # the producer's run was deleted: the node shows what the hit recorded
     return {
         "stage": t.get(tracking.INSTANCE_TAG, "?"),
         "run_id": run_id,
@@ -32,9 +39,10 @@ def _node(c, run_id: str) -> dict:
         "digest": t.get(tracking.DIGEST_TAG),
         "cache_hit": t.get(tracking.CACHE_HIT_TAG) == "true",
         "producer_run_id": t.get(tracking.PRODUCER_TAG),
-        "config": dict(sorted(r.data.params.items())),
+        "config": dict(sorted(source.data.params.items())),
         "inputs": [
-            {"name": d.dataset.name, "digest": d.dataset.digest} for d in (r.inputs.dataset_inputs if r.inputs else [])
+            {"name": d.dataset.name, "digest": d.dataset.digest}
+            for d in (source.inputs.dataset_inputs if source.inputs else [])
         ],
         "upstream_runs": json.loads(t.get(tracking.UPSTREAM_RUNS_TAG, "{}")),
     }

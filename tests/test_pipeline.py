@@ -114,6 +114,13 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
     for name, r in runs.items():
         assert r.data.tags["platonic.cache_hit"] == "true", name
         assert r.data.tags["platonic.producer_run_id"] == res["stages"][name]["run_id"], name
+        assert not r.data.params and not r.data.metrics, name  # light: the producer's run holds them
+    # lineage of a rerun reads each hit's config and inputs from its producer
+    from platonic.tasks.lineage import trace
+
+    tree = trace(again["run_id"], str(out))
+    assert tree["produced_by"] == res["stages"]["evaluate"]["run_id"]
+    assert tree["config"]["evaluate.k"] == "5" and tree["inputs"]
 
 
 def test_changing_one_field_reexecutes_exactly_its_readers(first_run, monkeypatch):
