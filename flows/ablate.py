@@ -20,10 +20,10 @@ from platonic.core.contract import StageInstance
 from platonic.core.stages import ABLATE_SPECS, ABLATION_INPUTS, RUN, instances, plan
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance, run_instances
-from platonic.tasks.runs import parent_run, publish, run_header
+from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
 
-@flow(name="ablate", log_prints=True)
+@flow(name="ablate", flow_run_name=recipe_run_name, log_prints=True)
 def ablate(recipe: dict, cells: list[dict]) -> dict:
     abl = AblationConfig.model_validate(recipe)
     grid = [Cell.from_dict(d) for d in cells]

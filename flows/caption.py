@@ -21,10 +21,10 @@ from platonic.core.config import CaptionConfig, PipelineConfig
 from platonic.core.stages import FORCE, RUN, caption_instances, closure
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish, run_header
+from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
 
-@flow(name="caption", log_prints=True)
+@flow(name="caption", flow_run_name=recipe_run_name, log_prints=True)
 def caption_flow(config: dict, base: dict | None = None, force: list[str] | None = None) -> dict:
     """`force`: caption stages (names or instance ids) re-executed even on a cache hit."""
     cfg = CaptionConfig.model_validate(config)

@@ -14,10 +14,10 @@ from platonic.core.config import CompareConfig
 from platonic.core.stages import RUN, compare_instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish, run_header
+from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
 
-@flow(name="compare", log_prints=True)
+@flow(name="compare", flow_run_name=recipe_run_name, log_prints=True)
 def compare_flow(config: dict) -> dict:
     cfg = CompareConfig.model_validate(config)
     plain = cfg.model_dump(mode="json")

@@ -16,10 +16,10 @@ from platonic.core.config import ClassMatchConfig
 from platonic.core.stages import RUN, match_base, match_base_instances, match_instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
-from platonic.tasks.runs import parent_run, publish, run_header
+from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
 
-@flow(name="match", log_prints=True)
+@flow(name="match", flow_run_name=recipe_run_name, log_prints=True)
 def match_flow(config: dict) -> dict:
     cfg = ClassMatchConfig.model_validate(config)
     base = match_base(cfg)

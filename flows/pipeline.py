@@ -18,7 +18,7 @@ from platonic.core.config import PipelineConfig, load_config, stable_hash
 from platonic.core.stages import instances, plan
 from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
-from platonic.tasks.runs import parent_run, publish, run_header
+from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
 from . import services
 
@@ -37,7 +37,7 @@ def resolve_config(config: dict | None, recipe: str | None, sets: list[str] | No
     return cfg
 
 
-@flow(name="pipeline", log_prints=True)
+@flow(name="pipeline", flow_run_name=recipe_run_name, log_prints=True)
 def pipeline(
     config: dict | None = None,
     only: str | None = None,
@@ -62,7 +62,7 @@ def pipeline(
         return collect_results(cfg, run_instances(cfg, instances(cfg), modes, ctx), ctx)
 
 
-@flow(name="stage", log_prints=True)
+@flow(name="stage", flow_run_name=recipe_run_name, log_prints=True)
 def stage(stage: str, recipe: str = "demo", sets: list[str] | None = None, force: bool = False) -> dict:
     """One stage instance (`train:good`, `embed`, ...) on cached upstream artifacts, under
     its own parent run: what `platonic run --only STAGE` does. From a deployment:

@@ -29,6 +29,7 @@ from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
+from prefect.states import Completed, State
 
 from platonic.core.artifacts import ArtifactStore, Manifest, verify
 from platonic.core.config import PipelineConfig
@@ -114,18 +115,32 @@ def execute(
     `folder`: the artifact lives there instead of the store, and compute works in it in
     place (a resumable stage keeps what an earlier run finished). An artifact whose counts
     report failed shards is incomplete: never a cache hit, so a rerun retries them."""
+    return _execute(inst, cfg, inputs, mode, ctx, roles, context, folder)[0]
+
+
+def _execute(
+    inst: StageInstance,
+    cfg: Any,
+    inputs: dict[str, Manifest],
+    mode: str,
+    ctx: RunContext,
+    roles: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+    folder: Path | None = None,
+) -> tuple[Manifest, bool]:
+    """`execute`, and whether the manifest came from the cache."""
     spec = spec_of(inst)
     roles = roles or {n: n for n in inputs}
     key = cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, inputs, roles))
     if mode != FORCE and (key, inst.id) in ctx.resolved:
-        return ctx.resolved[(key, inst.id)]
+        return ctx.resolved[(key, inst.id)], True
     with _exclusive(ctx.store, inst, key):
-        manifest = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
+        manifest, cached = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
     ctx.resolved[(key, inst.id)] = manifest
     state = state_dir(spec, inst, ctx, key)
     if spec.state == "until_commit":
         _remove_state(state)
-    return manifest
+    return manifest, cached
 
 
 def _remove_state(state: Path) -> None:
@@ -169,7 +184,7 @@ def _execute_locked(
     ctx: RunContext,
     key: str,
     folder: Path | None,
-) -> Manifest:
+) -> tuple[Manifest, bool]:
     store, c, log = ctx.store, ctx.client, stage_logger()
     hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
     if hit is not None and hit.counts.get("shards_failed"):
@@ -207,7 +222,7 @@ def _execute_locked(
             ctx.experiment_id, run_name=inst.id, tags={**tags, **hit_tags, tracking.DIGEST_TAG: hit.digest}
         ).info.run_id
         c.set_terminated(run_id, "FINISHED")
-        return hit
+        return hit, True
     run_id = c.create_run(ctx.experiment_id, run_name=inst.id, tags=tags).info.run_id
     try:
         the_slice = config_slice(spec, inst, cfg)
@@ -267,22 +282,32 @@ def _execute_locked(
                     c.log_artifact(run_id, str(p), "outputs")
         c.set_terminated(run_id, "FINISHED")
         log.info("%-14s done       %s in %.1fs %s", inst.id, manifest.digest[:12], stats["seconds"], counts)
-        return manifest
+        return manifest, False
     except BaseException:
         c.set_terminated(run_id, "FAILED")
         raise
 
 
-# one Prefect task for every stage; each call is named after its instance (`train:good`)
-stage_task = task(execute, name="stage", cache_policy=NO_CACHE)
+def _stage_task_body(*args: Any, **kw: Any) -> Manifest | State:
+    """A stage as a Prefect task: a cache hit ends in a Completed state named Cached, so the
+    Prefect UI shows what was reused."""
+    manifest, cached = _execute(*args, **kw)
+    return Completed(data=manifest, name="Cached", message="platonic cache hit") if cached else manifest
+
+
+# one Prefect task for every stage; each call is named after its instance (`train:good`).
+# Prefect's own cache is off: the cache key is the project's (contract.cache_key)
+stage_task = task(_stage_task_body, name="stage", cache_policy=NO_CACHE)
 
 
 def _runner(inst: StageInstance):
     """A Prefect task run inside a flow; a plain call outside one (a command that opens its
-    own MLflow run without a Prefect server: `platonic ingest`, `platonic audit`)."""
+    own MLflow run without a Prefect server: `platonic ingest`, `platonic audit`). Stages
+    that resume where they stopped (training checkpoints, generated positives) retry once."""
     if FlowRunContext.get() is None:
         return execute
-    return stage_task.with_options(name=inst.stage, task_run_name=inst.id)
+    retries = 1 if spec_of(inst).state != "none" else 0
+    return stage_task.with_options(name=inst.stage, task_run_name=inst.id, retries=retries, retry_delay_seconds=2)
 
 
 def run_instance(
@@ -290,6 +315,8 @@ def run_instance(
 ) -> Manifest:
     """One instance, as a task run when inside a flow."""
     m = _runner(inst)(inst, cfg, inputs, mode, ctx, **kw)
+    if isinstance(m, State):  # a Cached state: the task's return value as it came back
+        m = m.result()
     if m.counts.get("shards_failed"):
         raise IncompleteArtifact(m)
     return m

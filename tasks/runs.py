@@ -19,6 +19,24 @@ from . import tracking
 from .executor import RunContext
 
 
+def recipe_run_name() -> str:
+    """A flow run's name: its recipe's name and start time (`demo-20261204-014500`), not
+    Prefect's random adjective-animal; the MLflow parent run takes the same name."""
+    from prefect import runtime
+
+    params = runtime.flow_run.parameters
+    name = runtime.flow_run.flow_name
+    for key in ("config", "recipe"):
+        value = params.get(key)
+        if isinstance(value, dict) and value.get("name"):
+            name = value["name"]
+            break
+        if isinstance(value, str) and value:
+            name = Path(value).stem
+            break
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 @contextmanager
 def parent_run(
     out_dir: str | Path,
@@ -45,7 +63,9 @@ def parent_run(
     }
     if commit := tracking.git_commit():
         tags[tracking.GIT_COMMIT_TAG] = commit
-    run_id = c.create_run(exp, run_name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags=tags).info.run_id
+    # the flow run's name (recipe_run_name) when in a flow: Prefect and MLflow name it alike
+    run_name = runtime.flow_run.name or f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id = c.create_run(exp, run_name=run_name, tags=tags).info.run_id
     try:
         tracking.log_text(c, run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
         if params:

@@ -115,6 +115,16 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
         assert r.data.tags["platonic.cache_hit"] == "true", name
         assert r.data.tags["platonic.producer_run_id"] == res["stages"][name]["run_id"], name
         assert not r.data.params and not r.data.metrics, name  # light: the producer's run holds them
+    # Prefect shows the reuse: every stage task run ended Cached; the flow run is named after the recipe
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run_id = MlflowClient(again["tracking_uri"]).get_run(again["run_id"]).data.tags["prefect.flow_run_id"]
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    assert flow_run.name.startswith("tiny-")
+    assert {t.name: t.state.name for t in task_runs} == {name: "Cached" for name in runs}
     # lineage of a rerun reads each hit's config and inputs from its producer
     from platonic.tasks.lineage import trace
 
