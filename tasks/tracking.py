@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
@@ -45,9 +48,60 @@ def tracking_uri(out_dir: str | Path) -> str:
     return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
 
 
+_ready: set[str] = set()  # stores this process has opened (MLflow caches the store per URI)
+
+
 def client(out_dir: str | Path) -> MlflowClient:
+    """A client of out_dir's store (or MLFLOW_TRACKING_URI's), the store opened safely."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_uri(out_dir))
+    uri = tracking_uri(out_dir)
+    if uri not in _ready:
+        _open_store(uri)
+        _ready.add(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _open_store(uri: str) -> None:
+    """Open a SQLite store once per process, under a file lock beside the database: MLflow
+    creates and migrates a fresh database on first open, and two processes migrating at once
+    break it for good (`table _alembic_tmp_metrics already exists`). Under the lock, a
+    migration a crash interrupted is finished first. A served store migrates itself."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    with FileLock(f"{db}.lock"):
+        if db.is_file():
+            _finish_interrupted_migration(uri, db)
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates the store
+
+
+def _finish_interrupted_migration(uri: str, db: Path) -> None:
+    """A migration step on SQLite copies a table into `_alembic_tmp_<table>`, drops the
+    original and renames the copy; a crash in between leaves the copy, and every later
+    migration stops on it. While the original is still there the copy is a leftover: drop
+    it and migrate to the latest schema (holding the store's lock)."""
+    with closing(sqlite3.connect(db)) as con, con:
+        names = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        leftovers = sorted(n for n in names if n.startswith("_alembic_tmp_"))
+        if not leftovers:
+            return
+        lost = [n for n in leftovers if n.removeprefix("_alembic_tmp_") not in names]
+        if lost:
+            raise RuntimeError(
+                f"{db}: an interrupted MLflow migration left {', '.join(lost)} without its original table; "
+                "restore the database from a backup (or move it away to start a new store)"
+            )
+        for n in leftovers:
+            con.execute(f'DROP TABLE "{n}"')
+    import sqlalchemy
+    from mlflow.store.db.utils import _get_latest_schema_revision, _get_schema_version, _upgrade_db
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        if _get_schema_version(engine) != _get_latest_schema_revision():
+            _upgrade_db(engine)
+    finally:
+        engine.dispose()
 
 
 def experiment_id(c: MlflowClient, name: str, out_dir: str | Path) -> str:

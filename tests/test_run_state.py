@@ -1,0 +1,87 @@
+"""Clean state around runs (issue 19): the MLflow store's first initialisation, `--only` on an
+empty cache, the temporary Prefect server of a killed run, and MLflow runs a crash left
+RUNNING. Each test checks the mechanism with real processes and a real SQLite store."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def quiet_env(tmp_path: Path) -> dict[str, str]:
+    """A child's environment: its own Prefect home (so its server and database are its own),
+    the default MLflow store under out_dir, one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
+    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
+
+
+# ---- the MLflow store: initialised once, under a lock -------------------------------------
+
+
+def _open_store(out_dir: str, barrier, results) -> None:
+    from platonic.tasks import tracking
+
+    barrier.wait()  # both processes open the fresh store at the same moment
+    try:
+        tracking.client(out_dir).search_experiments(max_results=1)
+        results.put("ok")
+    except Exception as e:  # the race: "table _alembic_tmp_... already exists" and the like
+        results.put(f"{type(e).__name__}: {e}"[:300])
+
+
+@pytest.mark.e2e
+def test_two_processes_initialise_one_fresh_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_store, args=(str(tmp_path / "out"), barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [results.get(timeout=5) for _ in procs] == ["ok", "ok"]
+    assert _tables(tmp_path / "out" / "mlflow.db", "_alembic_tmp_%") == []
+
+
+def _tables(db: Path, like: str) -> list[str]:
+    with sqlite3.connect(db) as con:
+        return [r[0] for r in con.execute("select name from sqlite_master where type='table' and name like ?", (like,))]
+
+
+def test_half_migrated_store_recovers(tmp_path, monkeypatch):
+    """A first migration killed inside a batch step leaves `_alembic_tmp_metrics` behind and
+    alembic_version short of head: every later open used to fail ("table
+    _alembic_tmp_metrics already exists")."""
+    import sqlalchemy
+    from alembic import command
+    from mlflow.store.db.utils import _get_alembic_config, _get_latest_schema_revision, _get_schema_version
+    from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
+
+    from platonic.tasks import tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    uri = tracking.tracking_uri(out)
+    engine = sqlalchemy.create_engine(uri)
+    InitialBase.metadata.create_all(engine)
+    config = _get_alembic_config(uri)
+    with engine.begin() as connection:  # up to the revision before the metrics batch step
+        config.attributes["connection"] = connection
+        command.upgrade(config, "90e64c465722")
+    with sqlite3.connect(out / "mlflow.db") as con:  # what the interrupted batch step left
+        con.execute('CREATE TABLE _alembic_tmp_metrics ("key" VARCHAR(250), value FLOAT)')
+
+    c = tracking.client(out)
+    run = c.create_run(tracking.experiment_id(c, "recovered", out))
+    tracking.log_metrics(c, run.info.run_id, {"x": 1.0})
+    assert c.get_run(run.info.run_id).data.metrics == {"x": 1.0}
+    assert _tables(out / "mlflow.db", "_alembic_tmp_%") == []
+    assert _get_schema_version(engine) == _get_latest_schema_revision()
