@@ -192,6 +192,7 @@ def _execute_locked(
             tracking.CACHE_KEY_TAG: key,
             tracking.UPSTREAM_TAG: json.dumps(upstream_keys),
             tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
+            **tracking.owner_tags(),
         },
     ).info.run_id
     try:

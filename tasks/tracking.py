@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, ViewType
 from mlflow.tracking import MlflowClient
 
 # tag names, once (MLflow's own, then ours)
@@ -39,6 +40,11 @@ PRODUCER_TAG = "platonic.producer_run_id"
 DIGEST_TAG = "platonic.digest"
 UPSTREAM_TAG = "platonic.upstream"  # input -> its cache key (JSON)
 UPSTREAM_RUNS_TAG = "platonic.upstream_runs"  # input -> the run that produced it (JSON)
+# the process that owns a run while it is RUNNING: a later run on the same host marks the
+# run KILLED once that process is gone (a crash or kill -9 never closes its runs)
+HOST_TAG = "platonic.host"
+PID_TAG = "platonic.pid"
+PID_START_TAG = "platonic.pid_start"  # the process's start time (Linux): a reused pid is not the owner
 
 
 def tracking_uri(out_dir: str | Path) -> str:
@@ -165,6 +171,59 @@ def log_text(c: MlflowClient, run_id: str, text: str, artifact_file: str) -> Non
         p.write_text(text)
         sub = str(Path(artifact_file).parent) if Path(artifact_file).parent != Path(".") else None
         c.log_artifact(run_id, str(p), sub)
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags naming this process as a run's owner (HOST_TAG, PID_TAG, PID_START_TAG)."""
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    if (start := _process_start(os.getpid())) is not None:
+        tags[PID_START_TAG] = start
+    return tags
+
+
+def _process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (Linux), None where unknown."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _owner_alive(tags: dict[str, str]) -> bool:
+    """Whether the process named by a run's owner tags (on this host) is still running."""
+    pid = int(tags[PID_TAG])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    start = tags.get(PID_START_TAG)
+    return start is None or _process_start(pid) in (start, None)
+
+
+def mark_killed_runs(c: MlflowClient) -> list[str]:
+    """Runs left RUNNING by a process of this host that is gone (a crash, kill -9) are set
+    KILLED; returns their ids. Runs of other hosts, of live processes and runs without owner
+    tags (older ones) are left alone."""
+    host = socket.gethostname()
+    experiments = [e.experiment_id for e in c.search_experiments(view_type=ViewType.ALL)]
+    stale, token = [], None
+    while experiments:  # every page first: terminating runs while paging would shift the pages
+        page = c.search_runs(
+            experiments,
+            f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'",
+            run_view_type=ViewType.ALL,
+            max_results=1000,
+            page_token=token,
+        )
+        stale += [r.info.run_id for r in page if PID_TAG in r.data.tags and not _owner_alive(r.data.tags)]
+        token = page.token
+        if not token:
+            break
+    for run_id in stale:
+        c.set_terminated(run_id, "KILLED")
+    return stale
 
 
 def git_commit() -> str | None:

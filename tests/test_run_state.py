@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,54 @@ def test_half_migrated_store_recovers(tmp_path, monkeypatch):
     assert c.get_run(run.info.run_id).data.metrics == {"x": 1.0}
     assert _tables(out / "mlflow.db", "_alembic_tmp_%") == []
     assert _get_schema_version(engine) == _get_latest_schema_revision()
+
+
+# ---- runs a crash left RUNNING are marked KILLED by the next run ---------------------------
+
+_DIE_IN_A_STAGE = """
+import dataclasses, os, signal, sys
+from platonic.core.config import load_config
+from platonic.core.contract import StageInstance
+from platonic.core.stages import RUN, SPECS
+from platonic.tasks.executor import execute
+from platonic.tasks.runs import parent_run
+
+def die(call):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+SPECS["world"] = dataclasses.replace(SPECS["world"], compute=die)
+cfg = load_config(sys.argv[1], ["out_dir=" + sys.argv[2]])
+with parent_run(cfg.out_dir, "crash", "crash", {}, {}) as ctx:
+    execute(StageInstance("world"), cfg, {}, RUN, ctx)
+"""
+
+
+def test_runs_of_a_killed_process_are_marked_killed_by_the_next_run(tmp_path, monkeypatch):
+    from platonic.tasks import tracking
+    from platonic.tasks.runs import parent_run
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-c", _DIE_IN_A_STAGE, str(TINY), str(out)],
+        env=quiet_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    c = tracking.client(out)
+    exp = tracking.experiment_id(c, "crash", out)
+    crashed = c.search_runs([exp])
+    assert len(crashed) == 2 and {r.info.status for r in crashed} == {"RUNNING"}  # the parent and the world stage
+    # a run of a process on another host, and one of a live process here: not ours to judge
+    elsewhere = c.create_run(exp, tags={tracking.HOST_TAG: "another-host", tracking.PID_TAG: "1"})
+    alive = c.create_run(exp, tags=tracking.owner_tags())
+
+    with parent_run(out, "next", "next", {}, {}):
+        pass
+
+    status = {r.info.run_id: r.info.status for r in c.search_runs([exp])}
+    assert {status[r.info.run_id] for r in crashed} == {"KILLED"}
+    assert status[elsewhere.info.run_id] == "RUNNING"
+    assert status[alive.info.run_id] == "RUNNING"
