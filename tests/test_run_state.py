@@ -90,6 +90,29 @@ def test_half_migrated_store_recovers(tmp_path, monkeypatch):
     assert _get_schema_version(engine) == _get_latest_schema_revision()
 
 
+# ---- `--only S` with nothing cached: one line, no server, no MLflow run --------------------
+
+
+@pytest.mark.e2e
+def test_only_on_an_empty_cache_is_one_line_and_starts_nothing(tmp_path):
+    env = quiet_env(tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--only", "evaluate", "--set", "out_dir=out"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert "world" in lines[0] and f"platonic run {TINY} --set out_dir=out" in lines[0], lines[0]
+    assert p.stdout == ""
+    assert not (tmp_path / "out" / "mlflow.db").exists()  # no MLflow run written
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
+
+
 # ---- runs a crash left RUNNING are marked KILLED by the next run ---------------------------
 
 _DIE_IN_A_STAGE = """
