@@ -85,6 +85,7 @@ def _run(
 
         require_cached(cfg, modes, f"build them first: {command}")
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
+    services.tie_temporary_server()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
@@ -199,6 +200,7 @@ def compare(
     with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
         services.embedded_defaults()
+        services.tie_temporary_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .compare import compare_flow
@@ -228,6 +230,7 @@ def match(
         cfg = load_config(config, sets, model=ClassMatchConfig)
         match_base(cfg)  # a bad base recipe or model name fails here, before Prefect starts
         services.embedded_defaults()
+        services.tie_temporary_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .match import match_flow
@@ -266,6 +269,7 @@ def ablate(
         abl, cells = load_ablation(recipe, sets, base_sets, quick)
         Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
         services.embedded_defaults()
+        services.tie_temporary_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .ablate import ablate as ablate_flow
 
@@ -315,6 +319,7 @@ def caption(
             services.apply(base.services)
         else:
             services.embedded_defaults()
+        services.tie_temporary_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .caption import caption_flow
 

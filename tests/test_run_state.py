@@ -7,9 +7,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,6 +113,94 @@ def test_only_on_an_empty_cache_is_one_line_and_starts_nothing(tmp_path):
     assert p.stdout == ""
     assert not (tmp_path / "out" / "mlflow.db").exists()  # no MLflow run written
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
+
+
+# ---- kill -9 of `platonic run`: its temporary Prefect server goes with it ------------------
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(d.name))
+    return kids
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for a reaper, and holds nothing)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _server_port(cli: int) -> tuple[int, int] | None:
+    """(pid, port) of the uvicorn child of `cli` once it answers on its port."""
+    for kid in _children(cli):
+        cmd = _cmdline(kid)
+        if "uvicorn" in cmd and "--port" in cmd:
+            port = int(cmd[cmd.index("--port") + 1])
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return kid, port
+    return None
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_kill_9_of_a_run_takes_its_temporary_server_with_it(tmp_path):
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", "out_dir=out"],
+        cwd=tmp_path,
+        env=quiet_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    kids: list[int] = []
+    port = None
+    try:
+        deadline = time.monotonic() + 240
+        while (found := _server_port(cli.pid)) is None:
+            assert cli.poll() is None, "the run ended before its server was up"
+            assert time.monotonic() < deadline, "no temporary server came up"
+            time.sleep(0.5)
+        port = found[1]
+        kids = _children(cli.pid)
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (left := _leftovers(kids, port)):
+            time.sleep(0.5)
+        assert not _leftovers(kids, port), f"left running: {[_cmdline(p) for p in left]}"
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        for pid in _leftovers(kids, port):  # what the code under test failed to stop
+            os.kill(pid, signal.SIGKILL)
+
+
+def _leftovers(kids: list[int], port: int | None) -> list[int]:
+    """Processes the killed run started, or serving its port, still running."""
+    mark = str(port)
+    on_port = [
+        int(d.name)
+        for d in Path("/proc").iterdir()
+        if port and d.name.isdigit() and "uvicorn" in _cmdline(int(d.name)) and mark in _cmdline(int(d.name))
+    ]
+    return sorted({p for p in [*kids, *on_port] if _running(p)})
 
 
 # ---- runs a crash left RUNNING are marked KILLED by the next run ---------------------------
