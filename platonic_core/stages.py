@@ -583,14 +583,19 @@ def uncached(cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore) -
     """The instances a plan takes from the cache (CACHED_ONLY: `--only`'s upstream) that
     `store` does not hold for this recipe, in execution order: what the executor would stop
     on, found before anything starts. Each key is computed as the executor computes it, on
-    its inputs' cached manifests; an instance reading a missing one is missing too."""
+    its inputs' cached manifests; an instance reading a missing one is missing too, one
+    reading an instance this run executes (`--force` of an upstream) is left to the executor
+    (its key depends on that output)."""
     found: dict[str, Manifest] = {}
     missing: list[str] = []
     for inst in instances(cfg):
         if modes.get(inst.id) != CACHED_ONLY:
             continue
-        if any(up not in found for up in upstream(cfg, inst).values()):
+        ups = upstream(cfg, inst).values()
+        if any(up in missing for up in ups):
             missing.append(inst.id)
+            continue
+        if any(up not in found for up in ups):
             continue
         spec = spec_of(inst)
         inputs, roles = instance_inputs(cfg, inst, found)

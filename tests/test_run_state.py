@@ -115,6 +115,47 @@ def test_only_on_an_empty_cache_is_one_line_and_starts_nothing(tmp_path):
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
 
 
+class _AnyFile(dict):
+    """A manifest's per-file digests, for whichever files a key asks about."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> str:
+        return "0" * 64
+
+
+class _Store:
+    """An artifact store holding an artifact for every instance but `lacking` (and an
+    incomplete one, failed shards, for `incomplete`)."""
+
+    def __init__(self, lacking: set[str], incomplete: set[str] = frozenset()):
+        self.lacking, self.incomplete = lacking, incomplete
+
+    def lookup(self, stage: str, key: str):
+        from platonic.core.artifacts import Manifest
+
+        if stage in self.lacking:
+            return None
+        counts = {"shards_failed": 1} if stage in self.incomplete else {}
+        return Manifest(stage, 1, key, "/nowhere", key * 4, counts, {}, {}, {}, {}, files=_AnyFile())
+
+
+def test_uncached_names_exactly_the_missing_upstream():
+    from platonic.core.config import load_config
+    from platonic.core.stages import closure, plan, uncached
+
+    cfg = load_config(TINY)
+    only = plan(cfg, "evaluate")
+    assert uncached(cfg, only, _Store({"train:good"})) == ["train:good", "embed:good"]
+    assert uncached(cfg, only, _Store(set(), incomplete={"ingest"}))[:2] == ["ingest", "positives"]
+    upstream = [i.id for i in closure(cfg, ["evaluate"]) if i.id != "evaluate"]
+    assert uncached(cfg, only, _Store({"world"})) == upstream
+    # --force of an upstream stage: it executes, and what reads it is keyed on its new output
+    assert uncached(cfg, plan(cfg, "evaluate", force=["train:good"]), _Store({"train:good"})) == []
+    assert uncached(cfg, plan(cfg), _Store({"world"})) == []  # no --only: nothing comes from the cache alone
+
+
 # ---- kill -9 of `platonic run`: its temporary Prefect server goes with it ------------------
 
 
