@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -66,11 +67,25 @@ def _reported_errors():
         fail(f"the run failed: {type(e).__name__}: {e}", 1)
 
 
-def _run(cfg: PipelineConfig, only: str | None, from_stage: str | None, force: list[str], as_json: bool) -> dict:
+def _run(
+    cfg: PipelineConfig,
+    only: str | None,
+    from_stage: str | None,
+    force: list[str],
+    as_json: bool,
+    command: str = "platonic demo",
+) -> dict:
+    """`command`: the user's command without --only (the error of an --only on an empty
+    cache says to run it)."""
     from platonic.core.stages import plan
 
-    plan(cfg, only, from_stage, force)  # validate stage names before anything starts
+    modes = plan(cfg, only, from_stage, force)  # validate stage names before anything starts
+    if only:  # its upstream must be cached: say so now, not after Prefect has started
+        from .pipeline import require_cached
+
+        require_cached(cfg, modes, f"build them first: {command}")
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
+    services.tie_temporary_server()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
@@ -169,7 +184,8 @@ def run(
 ) -> None:
     """Run a recipe; stages whose cache key is unchanged are not executed."""
     with _reported_errors():
-        _run(load_config(config, sets), only, from_stage, force, as_json)
+        command = shlex.join(["platonic", "run", str(config), *(a for s in sets for a in ("--set", s))])
+        _run(load_config(config, sets), only, from_stage, force, as_json, command)
 
 
 @app.command()
@@ -184,6 +200,7 @@ def compare(
     with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
         services.embedded_defaults()
+        services.tie_temporary_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .compare import compare_flow
@@ -213,6 +230,7 @@ def match(
         cfg = load_config(config, sets, model=ClassMatchConfig)
         match_base(cfg)  # a bad base recipe or model name fails here, before Prefect starts
         services.embedded_defaults()
+        services.tie_temporary_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .match import match_flow
@@ -251,6 +269,7 @@ def ablate(
         abl, cells = load_ablation(recipe, sets, base_sets, quick)
         Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
         services.embedded_defaults()
+        services.tie_temporary_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .ablate import ablate as ablate_flow
 
@@ -300,6 +319,7 @@ def caption(
             services.apply(base.services)
         else:
             services.embedded_defaults()
+        services.tie_temporary_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .caption import caption_flow
 

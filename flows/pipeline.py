@@ -10,12 +10,14 @@ This module opens the MLflow parent run, runs the plan, and publishes results.js
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from prefect import flow
 
-from platonic.core.artifacts import Manifest
+from platonic.core.artifacts import ArtifactStore, Manifest
 from platonic.core.config import PipelineConfig, load_config, stable_hash
-from platonic.core.stages import instances, plan
+from platonic.core.contract import UpstreamNotCached
+from platonic.core.stages import FORCE, instances, plan, uncached
 from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
@@ -50,6 +52,7 @@ def pipeline(
     prefect deployment run 'pipeline/demo' --param recipe=tiny --param 'sets=["seed=1"]'"""
     cfg = resolve_config(config, recipe, sets)
     modes = plan(cfg, only, from_stage, force)
+    require_cached(cfg, modes, "run the pipeline without --only first")
     plain = cfg.model_dump(mode="json")
     with parent_run(
         cfg.out_dir,
@@ -68,6 +71,19 @@ def stage(stage: str, recipe: str = "demo", sets: list[str] | None = None, force
     its own parent run: what `platonic run --only STAGE` does. From a deployment:
     prefect deployment run 'stage/train' --param recipe=tiny --param stage=train:good"""
     return pipeline.fn(only=stage, force=[stage] if force else None, recipe=recipe, sets=sets)
+
+
+def require_cached(cfg: PipelineConfig, modes: dict[str, str], rebuild: str) -> None:
+    """Raise UpstreamNotCached, naming them, if stages the plan takes from the cache (`--only
+    S`'s upstream) are not there: before a parent run opens (and, from the CLI, before
+    Prefect starts). `rebuild`: what to do about it, the message's end."""
+    store = ArtifactStore(Path(cfg.out_dir).resolve() / "artifacts")  # the executor's RunContext.store
+    missing = uncached(cfg, modes, store)
+    if missing:
+        selected = ", ".join(i for i, m in modes.items() if m == FORCE)
+        raise UpstreamNotCached(
+            f"{selected} reads stages that are not cached for this recipe ({', '.join(missing)}); {rebuild}"
+        )
 
 
 def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext) -> dict:

@@ -10,6 +10,7 @@ lab's servers unchanged. The library (platonic.core) never touches the environme
 from __future__ import annotations
 
 import os
+import subprocess
 
 from platonic.core.config import ServicesConfig
 
@@ -28,6 +29,42 @@ def embedded_defaults() -> None:
     """Prefect's temporary local server and quiet telemetry, unless the user set otherwise."""
     for k, v in QUIET.items():
         os.environ.setdefault(k, v)
+
+
+def tie_temporary_server() -> None:
+    """Make Prefect's temporary server, if this process starts one (no PREFECT_API_URL),
+    stop with this process even when it is killed (SIGKILL, SIGTERM: no atexit runs): each
+    server process gets a watchdog (platonic.flows.watchdog). Call it before the first flow
+    starts; it imports Prefect's server module (seconds), which that flow would import."""
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from .watchdog import watch
+
+    class TiedServer(SubprocessASGIServer):
+        """Prefect's temporary server (the instance Prefect's clients start and stop), each of
+        its processes (a retry on another port is a new one) under a watchdog."""
+
+        def __init__(self, port: int | None = None):
+            super().__init__(port)
+            self.watchdogs: list[subprocess.Popen] = getattr(self, "watchdogs", [])
+
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            proc = super()._run_uvicorn_command()
+            self.watchdogs.append(watch(proc.pid, ["uvicorn", "--port", str(self.port)]))
+            return proc
+
+        def stop(self) -> None:
+            super().stop()
+            for w in self.watchdogs:  # the server is stopped: their work is done
+                w.kill()
+                w.wait()
+            self.watchdogs.clear()
+
+    TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
 
 
 def apply(services: ServicesConfig) -> dict[str, str]:

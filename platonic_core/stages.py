@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .artifacts import Manifest
+from .artifacts import ArtifactStore, Manifest
 from .config import AuditConfig, ConfigError, IngestConfig, PipelineConfig
-from .contract import StageCall, StageInstance, StageSpec
+from .contract import StageCall, StageInstance, StageSpec, cache_key, input_digests
 
 ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "ceiling", "evaluate", "curve"]
 
@@ -501,6 +501,18 @@ def upstream(cfg: Any, inst: StageInstance) -> dict[str, str]:
     return spec.inputs(cfg, inst) if spec.inputs is not None else {}
 
 
+def instance_inputs(
+    cfg: Any, inst: StageInstance, done: dict[str, Manifest]
+) -> tuple[dict[str, Manifest], dict[str, str]]:
+    """What one instance executes on: its inputs by name (the upstream manifests, taken from
+    `done` by instance id, and its external inputs: a real corpus's shards) and the role ->
+    input name map its compute uses."""
+    spec = spec_of(inst)
+    roles = upstream(cfg, inst)
+    externals = spec.external(cfg, inst) if spec.external is not None else {}
+    return {**{up: done[up] for up in roles.values()}, **externals}, {**roles, **{n: n for n in externals}}
+
+
 # ---- run plan ------------------------------------------------------------------------
 
 RUN, FORCE, CACHED_ONLY, SKIP = "run", "force", "cached-only", "skip"
@@ -565,6 +577,34 @@ def plan(
             "`platonic ingest` for real corpora (with a model backend, `--only positives` generates their positives)"
         )
     return modes
+
+
+def uncached(cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore) -> list[str]:
+    """The instances a plan takes from the cache (CACHED_ONLY: `--only`'s upstream) that
+    `store` does not hold for this recipe, in execution order: what the executor would stop
+    on, found before anything starts. Each key is computed as the executor computes it, on
+    its inputs' cached manifests; an instance reading a missing one is missing too, one
+    reading an instance this run executes (`--force` of an upstream) is left to the executor
+    (its key depends on that output)."""
+    found: dict[str, Manifest] = {}
+    missing: list[str] = []
+    for inst in instances(cfg):
+        if modes.get(inst.id) != CACHED_ONLY:
+            continue
+        ups = upstream(cfg, inst).values()
+        if any(up in missing for up in ups):
+            missing.append(inst.id)
+            continue
+        if any(up not in found for up in ups):
+            continue
+        spec = spec_of(inst)
+        inputs, roles = instance_inputs(cfg, inst, found)
+        hit = store.lookup(inst.id, cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, inputs, roles)))
+        if hit is None or hit.counts.get("shards_failed"):  # an incomplete artifact is no hit
+            missing.append(inst.id)
+        else:
+            found[inst.id] = hit
+    return missing
 
 
 # ---- the comparison flow (`platonic compare`) -------------------------------------------

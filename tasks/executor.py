@@ -45,7 +45,7 @@ from platonic.core.contract import (
     config_view,
     input_digests,
 )
-from platonic.core.stages import CACHED_ONLY, FORCE, SKIP, spec_of, upstream
+from platonic.core.stages import CACHED_ONLY, FORCE, SKIP, instance_inputs, spec_of
 
 from . import tracking
 from .fanout import mapper_for
@@ -212,6 +212,7 @@ def _execute_locked(
         tracking.CACHE_KEY_TAG: key,
         tracking.UPSTREAM_TAG: json.dumps(upstream_keys),
         tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
+        **tracking.owner_tags(),  # whose process it is: a run it leaves RUNNING when killed is swept
     }
     if hit is not None and mode != FORCE:
         # a hit stays visible but light: a finished child whose tags name the producer run,
@@ -338,11 +339,8 @@ def run_instances(
     mapper = recipe_mapper(cfg)
 
     def call_args(inst: StageInstance) -> tuple:
-        spec = spec_of(inst)
-        roles = upstream(cfg, inst)
-        inputs = {up: done[up] for up in roles.values()}
-        externals = spec.external(cfg, inst) if spec.external is not None else {}
-        return (inst, cfg, {**inputs, **externals}, modes[inst.id], ctx, {**roles, **{n: n for n in externals}})
+        inputs, roles = instance_inputs(cfg, inst, done)
+        return (inst, cfg, inputs, modes[inst.id], ctx, roles)
 
     todo = [i for i in insts if modes[i.id] != SKIP]
     while todo:

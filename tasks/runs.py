@@ -47,15 +47,18 @@ def parent_run(
     params: dict[str, Any] | None = None,
 ) -> Iterator[RunContext]:
     """Open the parent run of one flow run or command (tags: Prefect flow-run id when in a
-    flow, git commit, config digest; the config as `config.yaml`; `params` flattened), yield
-    the context stage executions log under, and close the run FINISHED, or FAILED if the
-    body raised."""
+    flow, git commit, config digest, the owning process; the config as `config.yaml`;
+    `params` flattened), yield the context stage executions log under, and close the run
+    FINISHED, or FAILED if the body raised. Runs that a dead process of this host left
+    RUNNING in the store are marked KILLED first."""
     from prefect import runtime
 
     out = Path(out_dir).resolve()
     c = tracking.client(out)
+    tracking.mark_killed_runs(c)
     exp = tracking.experiment_id(c, experiment, out)
     tags = {
+        **tracking.owner_tags(),
         tracking.RECIPE_TAG: name,
         tracking.CONFIG_DIGEST_TAG: stable_hash(config),
         tracking.PREFECT_FLOW_RUN_TAG: str(runtime.flow_run.id or ""),

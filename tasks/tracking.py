@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sqlite3
 import subprocess
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from filelock import FileLock
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, ViewType
 from mlflow.tracking import MlflowClient
 
 # tag names, once (MLflow's own, then ours)
@@ -36,6 +40,11 @@ PRODUCER_TAG = "platonic.producer_run_id"
 DIGEST_TAG = "platonic.digest"
 UPSTREAM_TAG = "platonic.upstream"  # input -> its cache key (JSON)
 UPSTREAM_RUNS_TAG = "platonic.upstream_runs"  # input -> the run that produced it (JSON)
+# the process that owns a run while it is RUNNING: a later run on the same host marks the
+# run KILLED once that process is gone (a crash or kill -9 never closes its runs)
+HOST_TAG = "platonic.host"
+PID_TAG = "platonic.pid"
+PID_START_TAG = "platonic.pid_start"  # the process's start time (Linux): a reused pid is not the owner
 
 
 def tracking_uri(out_dir: str | Path) -> str:
@@ -45,9 +54,60 @@ def tracking_uri(out_dir: str | Path) -> str:
     return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
 
 
+_ready: set[str] = set()  # stores this process has opened (MLflow caches the store per URI)
+
+
 def client(out_dir: str | Path) -> MlflowClient:
+    """A client of out_dir's store (or MLFLOW_TRACKING_URI's), the store opened safely."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_uri(out_dir))
+    uri = tracking_uri(out_dir)
+    if uri not in _ready:
+        _open_store(uri)
+        _ready.add(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _open_store(uri: str) -> None:
+    """Open a SQLite store once per process, under a file lock beside the database: MLflow
+    creates and migrates a fresh database on first open, and two processes migrating at once
+    break it for good (`table _alembic_tmp_metrics already exists`). Under the lock, a
+    migration a crash interrupted is finished first. A served store migrates itself."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    with FileLock(f"{db}.lock"):
+        if db.is_file():
+            _finish_interrupted_migration(uri, db)
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates the store
+
+
+def _finish_interrupted_migration(uri: str, db: Path) -> None:
+    """A migration step on SQLite copies a table into `_alembic_tmp_<table>`, drops the
+    original and renames the copy; a crash in between leaves the copy, and every later
+    migration stops on it. While the original is still there the copy is a leftover: drop
+    it and migrate to the latest schema (holding the store's lock)."""
+    with closing(sqlite3.connect(db)) as con, con:
+        names = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        leftovers = sorted(n for n in names if n.startswith("_alembic_tmp_"))
+        if not leftovers:
+            return
+        lost = [n for n in leftovers if n.removeprefix("_alembic_tmp_") not in names]
+        if lost:
+            raise RuntimeError(
+                f"{db}: an interrupted MLflow migration left {', '.join(lost)} without its original table; "
+                "restore the database from a backup (or move it away to start a new store)"
+            )
+        for n in leftovers:
+            con.execute(f'DROP TABLE "{n}"')
+    import sqlalchemy
+    from mlflow.store.db.utils import _get_latest_schema_revision, _get_schema_version, _upgrade_db
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        if _get_schema_version(engine) != _get_latest_schema_revision():
+            _upgrade_db(engine)
+    finally:
+        engine.dispose()
 
 
 def experiment_id(c: MlflowClient, name: str, out_dir: str | Path) -> str:
@@ -111,6 +171,59 @@ def log_text(c: MlflowClient, run_id: str, text: str, artifact_file: str) -> Non
         p.write_text(text)
         sub = str(Path(artifact_file).parent) if Path(artifact_file).parent != Path(".") else None
         c.log_artifact(run_id, str(p), sub)
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags naming this process as a run's owner (HOST_TAG, PID_TAG, PID_START_TAG)."""
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    if (start := _process_start(os.getpid())) is not None:
+        tags[PID_START_TAG] = start
+    return tags
+
+
+def _process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (Linux), None where unknown."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _owner_alive(tags: dict[str, str]) -> bool:
+    """Whether the process named by a run's owner tags (on this host) is still running."""
+    pid = int(tags[PID_TAG])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    start = tags.get(PID_START_TAG)
+    return start is None or _process_start(pid) in (start, None)
+
+
+def mark_killed_runs(c: MlflowClient) -> list[str]:
+    """Runs left RUNNING by a process of this host that is gone (a crash, kill -9) are set
+    KILLED; returns their ids. Runs of other hosts, of live processes and runs without owner
+    tags (older ones) are left alone."""
+    host = socket.gethostname()
+    experiments = [e.experiment_id for e in c.search_experiments(view_type=ViewType.ALL)]
+    stale, token = [], None
+    while experiments:  # every page first: terminating runs while paging would shift the pages
+        page = c.search_runs(
+            experiments,
+            f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'",
+            run_view_type=ViewType.ALL,
+            max_results=1000,
+            page_token=token,
+        )
+        stale += [r.info.run_id for r in page if PID_TAG in r.data.tags and not _owner_alive(r.data.tags)]
+        token = page.token
+        if not token:
+            break
+    for run_id in stale:
+        c.set_terminated(run_id, "KILLED")
+    return stale
 
 
 def git_commit() -> str | None:

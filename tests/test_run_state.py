@@ -1,0 +1,295 @@
+"""Clean state around runs (issue 19): the MLflow store's first initialisation, `--only` on an
+empty cache, the temporary Prefect server of a killed run, and MLflow runs a crash left
+RUNNING. Each test checks the mechanism with real processes and a real SQLite store."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def quiet_env(tmp_path: Path) -> dict[str, str]:
+    """A child's environment: its own Prefect home (so its server and database are its own),
+    the default MLflow store under out_dir, one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
+    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
+
+
+# ---- the MLflow store: initialised once, under a lock -------------------------------------
+
+
+def _open_store(out_dir: str, barrier, results) -> None:
+    from platonic.tasks import tracking
+
+    barrier.wait()  # both processes open the fresh store at the same moment
+    try:
+        tracking.client(out_dir).search_experiments(max_results=1)
+        results.put("ok")
+    except Exception as e:  # the race: "table _alembic_tmp_... already exists" and the like
+        results.put(f"{type(e).__name__}: {e}"[:300])
+
+
+@pytest.mark.e2e
+def test_two_processes_initialise_one_fresh_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_store, args=(str(tmp_path / "out"), barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [results.get(timeout=5) for _ in procs] == ["ok", "ok"]
+    assert _tables(tmp_path / "out" / "mlflow.db", "_alembic_tmp_%") == []
+
+
+def _tables(db: Path, like: str) -> list[str]:
+    with sqlite3.connect(db) as con:
+        return [r[0] for r in con.execute("select name from sqlite_master where type='table' and name like ?", (like,))]
+
+
+def test_half_migrated_store_recovers(tmp_path, monkeypatch):
+    """A first migration killed inside a batch step leaves `_alembic_tmp_metrics` behind and
+    alembic_version short of head: every later open used to fail ("table
+    _alembic_tmp_metrics already exists")."""
+    import sqlalchemy
+    from alembic import command
+    from mlflow.store.db.utils import _get_alembic_config, _get_latest_schema_revision, _get_schema_version
+    from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
+
+    from platonic.tasks import tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    uri = tracking.tracking_uri(out)
+    engine = sqlalchemy.create_engine(uri)
+    InitialBase.metadata.create_all(engine)
+    config = _get_alembic_config(uri)
+    with engine.begin() as connection:  # up to the revision before the metrics batch step
+        config.attributes["connection"] = connection
+        command.upgrade(config, "90e64c465722")
+    with sqlite3.connect(out / "mlflow.db") as con:  # what the interrupted batch step left
+        con.execute('CREATE TABLE _alembic_tmp_metrics ("key" VARCHAR(250), value FLOAT)')
+
+    c = tracking.client(out)
+    run = c.create_run(tracking.experiment_id(c, "recovered", out))
+    tracking.log_metrics(c, run.info.run_id, {"x": 1.0})
+    assert c.get_run(run.info.run_id).data.metrics == {"x": 1.0}
+    assert _tables(out / "mlflow.db", "_alembic_tmp_%") == []
+    assert _get_schema_version(engine) == _get_latest_schema_revision()
+
+
+# ---- `--only S` with nothing cached: one line, no server, no MLflow run --------------------
+
+
+@pytest.mark.e2e
+def test_only_on_an_empty_cache_is_one_line_and_starts_nothing(tmp_path):
+    env = quiet_env(tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--only", "evaluate", "--set", "out_dir=out"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert "world" in lines[0] and f"platonic run {TINY} --set out_dir=out" in lines[0], lines[0]
+    assert p.stdout == ""
+    assert not (tmp_path / "out" / "mlflow.db").exists()  # no MLflow run written
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
+
+
+class _AnyFile(dict):
+    """A manifest's per-file digests, for whichever files a key asks about."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> str:
+        return "0" * 64
+
+
+class _Store:
+    """An artifact store holding an artifact for every instance but `lacking` (and an
+    incomplete one, failed shards, for `incomplete`)."""
+
+    def __init__(self, lacking: set[str], incomplete: set[str] = frozenset()):
+        self.lacking, self.incomplete = lacking, incomplete
+
+    def lookup(self, stage: str, key: str):
+        from platonic.core.artifacts import Manifest
+
+        if stage in self.lacking:
+            return None
+        counts = {"shards_failed": 1} if stage in self.incomplete else {}
+        return Manifest(stage, 1, key, "/nowhere", key * 4, counts, {}, {}, {}, {}, files=_AnyFile())
+
+
+def test_uncached_names_exactly_the_missing_upstream():
+    from platonic.core.config import load_config
+    from platonic.core.stages import closure, plan, uncached
+
+    cfg = load_config(TINY)
+    only = plan(cfg, "evaluate")
+    assert uncached(cfg, only, _Store({"train:good"})) == ["train:good", "embed:good"]
+    assert uncached(cfg, only, _Store(set(), incomplete={"ingest"}))[:2] == ["ingest", "positives"]
+    upstream = [i.id for i in closure(cfg, ["evaluate"]) if i.id != "evaluate"]
+    assert uncached(cfg, only, _Store({"world"})) == upstream
+    # --force of an upstream stage: it executes, and what reads it is keyed on its new output
+    assert uncached(cfg, plan(cfg, "evaluate", force=["train:good"]), _Store({"train:good"})) == []
+    assert uncached(cfg, plan(cfg), _Store({"world"})) == []  # no --only: nothing comes from the cache alone
+
+
+# ---- kill -9 of `platonic run`: its temporary Prefect server goes with it ------------------
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(d.name))
+    return kids
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for a reaper, and holds nothing)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _server_port(cli: int) -> tuple[int, int] | None:
+    """(pid, port) of the uvicorn child of `cli` once it answers on its port."""
+    for kid in _children(cli):
+        cmd = _cmdline(kid)
+        if "uvicorn" in cmd and "--port" in cmd:
+            port = int(cmd[cmd.index("--port") + 1])
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return kid, port
+    return None
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_kill_9_of_a_run_takes_its_temporary_server_with_it(tmp_path):
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", "out_dir=out"],
+        cwd=tmp_path,
+        env=quiet_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    kids: list[int] = []
+    port = None
+    try:
+        deadline = time.monotonic() + 240
+        while (found := _server_port(cli.pid)) is None:
+            assert cli.poll() is None, "the run ended before its server was up"
+            assert time.monotonic() < deadline, "no temporary server came up"
+            time.sleep(0.5)
+        port = found[1]
+        kids = _children(cli.pid)
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (left := _leftovers(kids, port)):
+            time.sleep(0.5)
+        assert not _leftovers(kids, port), f"left running: {[_cmdline(p) for p in left]}"
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        for pid in _leftovers(kids, port):  # what the code under test failed to stop
+            os.kill(pid, signal.SIGKILL)
+
+
+def _leftovers(kids: list[int], port: int | None) -> list[int]:
+    """Processes the killed run started, or serving its port, still running."""
+    mark = str(port)
+    on_port = [
+        int(d.name)
+        for d in Path("/proc").iterdir()
+        if port and d.name.isdigit() and "uvicorn" in _cmdline(int(d.name)) and mark in _cmdline(int(d.name))
+    ]
+    return sorted({p for p in [*kids, *on_port] if _running(p)})
+
+
+# ---- runs a crash left RUNNING are marked KILLED by the next run ---------------------------
+
+_DIE_IN_A_STAGE = """
+import dataclasses, os, signal, sys
+from platonic.core.config import load_config
+from platonic.core.contract import StageInstance
+from platonic.core.stages import RUN, SPECS
+from platonic.tasks.executor import execute
+from platonic.tasks.runs import parent_run
+
+def die(call):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+SPECS["world"] = dataclasses.replace(SPECS["world"], compute=die)
+cfg = load_config(sys.argv[1], ["out_dir=" + sys.argv[2]])
+with parent_run(cfg.out_dir, "crash", "crash", {}, {}) as ctx:
+    execute(StageInstance("world"), cfg, {}, RUN, ctx)
+"""
+
+
+def test_runs_of_a_killed_process_are_marked_killed_by_the_next_run(tmp_path, monkeypatch):
+    from platonic.tasks import tracking
+    from platonic.tasks.runs import parent_run
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-c", _DIE_IN_A_STAGE, str(TINY), str(out)],
+        env=quiet_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    c = tracking.client(out)
+    exp = tracking.experiment_id(c, "crash", out)
+    crashed = c.search_runs([exp])
+    assert len(crashed) == 2 and {r.info.status for r in crashed} == {"RUNNING"}  # the parent and the world stage
+    # a run of a process on another host, and one of a live process here: not ours to judge
+    elsewhere = c.create_run(exp, tags={tracking.HOST_TAG: "another-host", tracking.PID_TAG: "1"})
+    alive = c.create_run(exp, tags=tracking.owner_tags())
+
+    with parent_run(out, "next", "next", {}, {}):
+        pass
+
+    status = {r.info.run_id: r.info.status for r in c.search_runs([exp])}
+    assert {status[r.info.run_id] for r in crashed} == {"KILLED"}
+    assert status[elsewhere.info.run_id] == "RUNNING"
+    assert status[alive.info.run_id] == "RUNNING"
