@@ -26,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -85,7 +87,7 @@ def _run(
 
         require_cached(cfg, modes, f"build them first: {command}")
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
-    services.tie_temporary_server()
+    services.choose_prefect_server()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
@@ -200,7 +202,7 @@ def compare(
     with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
         services.embedded_defaults()
-        services.tie_temporary_server()
+        services.choose_prefect_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .compare import compare_flow
@@ -230,7 +232,7 @@ def match(
         cfg = load_config(config, sets, model=ClassMatchConfig)
         match_base(cfg)  # a bad base recipe or model name fails here, before Prefect starts
         services.embedded_defaults()
-        services.tie_temporary_server()
+        services.choose_prefect_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .match import match_flow
@@ -269,7 +271,7 @@ def ablate(
         abl, cells = load_ablation(recipe, sets, base_sets, quick)
         Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
         services.embedded_defaults()
-        services.tie_temporary_server()
+        services.choose_prefect_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .ablate import ablate as ablate_flow
 
@@ -319,7 +321,7 @@ def caption(
             services.apply(base.services)
         else:
             services.embedded_defaults()
-        services.tie_temporary_server()
+        services.choose_prefect_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from .caption import caption_flow
 
@@ -680,6 +682,33 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
             ids, str(spec.version), "\n".join(spec.reads), "\n".join(inputs) or "-", "\n".join(spec.writes), spec.doc
         )
     Console(width=200).print(t)
+
+
+@app.command()
+def server(
+    stop: bool = typer.Option(False, "--stop", help="stop the server this command started"),
+) -> None:
+    """Start a Prefect server on this machine (127.0.0.1:4200, in the background) for warm reruns:
+    while it is up, run/demo/ablate/... report to it instead of starting a temporary server
+    (about 10-20 s each). Its UI: http://127.0.0.1:4200. Stop it with `platonic server --stop`."""
+    services.embedded_defaults()
+    if stop:
+        args = ["server", "stop"]
+    elif services.local_server_up():
+        typer.echo(f"a Prefect server is already up at {services.LOCAL_SERVER}")
+        return
+    else:
+        args = ["server", "start", "--host", "127.0.0.1", "--port", "4200", "--background", "--analytics-off"]
+    quiet = None if stop else subprocess.DEVNULL  # start: our one line below, not Prefect's banner
+    rc = subprocess.run([sys.executable, "-m", "prefect", *args], stdout=quiet).returncode
+    if rc or stop:
+        sys.exit(rc)
+    deadline = time.monotonic() + 180  # it answers after its database migrations (seconds to a minute)
+    while not services.local_server_up():
+        if time.monotonic() > deadline:
+            fail(f"the Prefect server did not answer at {services.LOCAL_SERVER} within 180 s", 1)
+        time.sleep(0.5)
+    typer.echo(f"Prefect server up at {services.LOCAL_SERVER} (UI: http://127.0.0.1:4200); platonic server --stop")
 
 
 @app.command()

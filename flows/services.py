@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 from platonic.core.config import ServicesConfig
 
@@ -31,15 +32,45 @@ def embedded_defaults() -> None:
         os.environ.setdefault(k, v)
 
 
-def tie_temporary_server() -> None:
-    """Make Prefect's temporary server, if this process starts one (no PREFECT_API_URL),
-    stop with this process even when it is killed (SIGKILL, SIGTERM: no atexit runs): each
-    server process gets a watchdog (platonic.flows.watchdog). Call it before the first flow
-    starts; it imports Prefect's server module (seconds), which that flow would import."""
+# where `platonic server` listens, and where a flow command looks for it
+LOCAL_SERVER = "http://127.0.0.1:4200/api"
+
+
+def local_server_up(url: str = LOCAL_SERVER, timeout: float = 0.5) -> bool:
+    """Whether a Prefect API answers its health check at `url` (milliseconds when nothing
+    listens: the connection is refused)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def choose_prefect_server() -> str:
+    """The Prefect server this process's flows report to, chosen before the first flow starts:
+    PREFECT_API_URL (the environment or the recipe's `services`); else a running `platonic
+    server` on this machine (a warm rerun: no server start); else Prefect's temporary server,
+    tied to this process so it stops with it even when the process is killed (SIGKILL,
+    SIGTERM: no atexit runs) through a watchdog (platonic.flows.watchdog)."""
+    if url := os.environ.get("PREFECT_API_URL"):
+        return url
+    # Prefect reads its settings once, at import: the choice is made before (the CLI imports
+    # Prefect only when a flow starts)
+    if "prefect" not in sys.modules and local_server_up():
+        os.environ["PREFECT_API_URL"] = LOCAL_SERVER
+        return LOCAL_SERVER
     from prefect.settings import PREFECT_API_URL
 
-    if PREFECT_API_URL.value():
-        return
+    if url := PREFECT_API_URL.value():  # a Prefect profile's
+        return url
+    _tie_temporary_server()
+    return "temporary"
+
+
+def _tie_temporary_server() -> None:
+    """Each process of Prefect's temporary server (if this process starts one) gets a
+    watchdog. It imports Prefect's server module (seconds), which the flow would import."""
     from prefect.server.api.server import SubprocessASGIServer
 
     from .watchdog import watch
