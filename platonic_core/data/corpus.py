@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..artifacts import ForeignFolderError, listing
 from ..config import IngestConfig, stable_hash
 from .catalog import build_corpus_catalog, sql
 from .ingest import check_texts
@@ -508,6 +509,37 @@ def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_
     return moved
 
 
+PARTITIONS = ("texts", "quarantine", "images")
+_PARTITION_FILES = {"data.parquet", "data.parquet.tmp"}  # what `_place` and `_quarantine_cross` write
+
+
+def _own_partitions(out: Path) -> list[Path]:
+    """The shard partitions an earlier ingest left under `out` (`<part>/shard=<id>/` holding
+    only its data file). Anything else there is not ingest's: ForeignFolderError, before any
+    work, so nothing of the user's is deleted (nor read by the catalog's globs)."""
+    own, stray = [], []
+    for part in PARTITIONS:
+        root = out / part
+        if not root.exists():
+            continue
+        if not root.is_dir():
+            stray.append(root)
+            continue
+        for d in root.iterdir():
+            ok = (
+                d.is_dir()
+                and not d.is_symlink()
+                and d.name.startswith("shard=")
+                and all(f.is_file() and f.name in _PARTITION_FILES for f in d.iterdir())
+            )
+            (own if ok else stray).append(d)
+    if stray:
+        raise ForeignFolderError(
+            f"{out}: holds files ingest did not write ({listing(stray, out)}); move them out or give another folder"
+        )
+    return own
+
+
 def ingest_corpus(
     shards: list[Shard],
     cfg: IngestConfig,
@@ -525,6 +557,7 @@ def ingest_corpus(
     Returns (counts, per-shard results). A failed shard is reported (status failed, the
     error naming its file), the others complete; counts cover the shards that were read."""
     reader = reader_for(cfg)
+    earlier = _own_partitions(out)
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     results = []
@@ -552,14 +585,12 @@ def ingest_corpus(
     # the output holds exactly the shards given now: stale partitions of earlier runs go
     ok = [r for r in results if r.status != "failed"]
     wanted = {f"shard={r.shard.id}" for r in ok}
-    for part in ("texts", "quarantine", "images"):
-        if (out / part).is_dir():
-            for d in (out / part).iterdir():
-                if d.name not in wanted:
-                    shutil.rmtree(d)
+    for d in earlier:
+        if d.name not in wanted:
+            shutil.rmtree(d)
     for r in ok:
         src = cache / shard_key(reader, r.shard, cfg.max_text_chars)
-        for part in ("texts", "quarantine", "images"):
+        for part in PARTITIONS:
             if (src / f"{part}.parquet").is_file():
                 _place(src / f"{part}.parquet", out / part / f"shard={r.shard.id}" / "data.parquet")
     cross = _cross_shard_duplicates(out, [r.shard.id for r in ok]) if len(ok) > 1 else {}
