@@ -18,8 +18,8 @@ partitioned layout
 quarantines text ids repeated across shards (the first shard keeps the text), and
 registers the catalog. Every input text is kept or quarantined: in == kept + quarantined.
 
-Reasons: missing_field, schema_mismatch, empty_text, invalid_utf8, over_long_text,
-duplicate_key, unknown_image (a COCO annotation naming no image).
+Reasons: missing_field, schema_mismatch, empty_text, invalid_utf8, control_characters,
+over_long_text, duplicate_key, unknown_image (a COCO annotation naming no image).
 Memory is bounded by one batch (`ingest.batch_rows` input rows) per shard, whatever the
 shard or corpus size; the cross-shard check runs in DuckDB under a memory limit.
 """
@@ -58,12 +58,13 @@ from .readers import (
 )
 from .schema import QUARANTINE_SCHEMA, TEXT_SCHEMA
 
-RULES_VERSION = 1  # bump when the normalisation or the rules change: shard caches re-run
+RULES_VERSION = 2  # bump when the normalisation or the rules change: shard caches re-run
 REASONS = (
     "missing_field",
     "schema_mismatch",
     "empty_text",
     "invalid_utf8",
+    "control_characters",
     "over_long_text",
     "duplicate_key",
     "unknown_image",
