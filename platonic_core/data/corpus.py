@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from ..artifacts import ForeignFolderError, listing
 from ..config import IngestConfig, stable_hash
-from .catalog import build_corpus_catalog, sql
+from .catalog import build_corpus_catalog, duckdb_literal, sql
 from .ingest import check_texts
 from .readers import (
     IMAGE_SCHEMA,
@@ -456,7 +456,8 @@ def _cross_shard_duplicates(out: Path, order: list[str]) -> dict[str, list[tuple
         con.execute("SET memory_limit='512MB'")
         con.execute("SET temp_directory = ?", [(out / ".duckdb_tmp").as_posix()])
         con.execute("SET preserve_insertion_order=false")
-        rows = con.execute(sql("cross_shard_duplicates", texts=str(out / "texts" / "*" / "*.parquet"))).fetchall()
+        texts = duckdb_literal(out / "texts") + "/*/*.parquet"  # the output folder's own name is no glob
+        rows = con.execute(sql("cross_shard_duplicates", texts=texts)).fetchall()
     finally:
         con.close()
         shutil.rmtree(out / ".duckdb_tmp", ignore_errors=True)
