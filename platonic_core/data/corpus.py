@@ -49,6 +49,7 @@ from .ingest import check_texts
 from .readers import (
     IMAGE_SCHEMA,
     MISMATCH,
+    OVER_LONG,
     REASON,
     REASON_FIELD,
     Reader,
@@ -69,7 +70,7 @@ REASONS = (
     "duplicate_key",
     "unknown_image",
 )
-_INTERNAL = (MISMATCH, REASON, REASON_FIELD)
+_INTERNAL = (MISMATCH, OVER_LONG, REASON, REASON_FIELD)
 
 
 @dataclass
@@ -83,6 +84,11 @@ class ShardResult:
 
 def _bool(col, n: int) -> pa.Array:
     return pa.array(np.zeros(n, bool)) if col is None else pc.fill_null(col, False)
+
+
+def _flag(rows: pa.Table, name: str) -> pa.Array:
+    """A reader's per-row flag column (`__mismatch__<col>`, ...); all false where it has none."""
+    return _bool(rows.column(name).combine_chunks() if name in rows.column_names else None, rows.num_rows)
 
 
 def _null_str(n: int) -> pa.Array:
@@ -185,8 +191,9 @@ class _Normaliser:
             text = rows.column(f.column).combine_chunks()
             if pa.types.is_string(text.type):
                 text = text.view(pa.binary())  # one type for all fields; UTF-8 is checked below
-            mism = _bool(rows.column(MISMATCH + f.column).combine_chunks() if MISMATCH + f.column in names else None, n)
+            mism, over = (_flag(rows, marker + f.column) for marker in (MISMATCH, OVER_LONG))
             text_reason, norm = check_texts(text, self.max_chars)
+            text_reason = pc.if_else(over, pa.scalar("over_long_text"), text_reason)  # only a prefix was read
             reason = pc.coalesce(row_reason, pc.if_else(mism, pa.scalar("schema_mismatch"), text_reason))
             texts.append(text)
             normalised.append(norm)
