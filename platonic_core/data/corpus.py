@@ -19,7 +19,8 @@ quarantines text ids repeated across shards (the first shard keeps the text), an
 registers the catalog. Every input text is kept or quarantined: in == kept + quarantined.
 
 Reasons: missing_field, schema_mismatch, empty_text, invalid_utf8, control_characters,
-over_long_text, duplicate_key, unknown_image (a COCO annotation naming no image).
+over_long_text, duplicate_key, unknown_image (a COCO annotation naming no image),
+malformed_csv (a CSV row whose quote does not close: readers/jsonl.py).
 Memory is bounded by one batch (`ingest.batch_rows` input rows) per shard, whatever the
 shard or corpus size; the cross-shard check runs in DuckDB under a memory limit.
 """
@@ -69,6 +70,7 @@ REASONS = (
     "over_long_text",
     "duplicate_key",
     "unknown_image",
+    "malformed_csv",
 )
 _INTERNAL = (MISMATCH, OVER_LONG, REASON, REASON_FIELD)
 
@@ -198,7 +200,8 @@ class _Normaliser:
             texts.append(text)
             normalised.append(norm)
             reasons.append(reason)
-            qfields.append(pc.if_else(pc.is_valid(row_reason), row_field, pa.scalar(f.column)))
+            # a row-level reason names its field, or (a reader's own, fieldless) each text's column
+            qfields.append(pc.if_else(pc.is_valid(row_reason), pc.coalesce(row_field, f.column), pa.scalar(f.column)))
             indices.append(
                 rows.column(f.index_column).combine_chunks().cast(pa.string())
                 if f.index_column
