@@ -52,8 +52,10 @@ def fail(msg: str, code: int = 2) -> None:
 
 @contextlib.contextmanager
 def _reported_errors():
-    """Recipe errors -> exit 2; missing cache or a failed stage -> exit 1; one `error:` line
-    each (Prefect has already logged a failed stage's traceback)."""
+    """Recipe errors, unreadable sources, an output folder holding the user's files -> exit 2;
+    missing cache or a failed stage -> exit 1; one `error:` line each (Prefect has already
+    logged a failed stage's traceback)."""
+    from platonic.core.artifacts import ForeignFolderError
     from platonic.core.contract import UpstreamNotCached
     from platonic.core.data.readers import SourceError
 
@@ -61,7 +63,7 @@ def _reported_errors():
         yield
     except typer.Exit:
         raise
-    except (ConfigError, SourceError) as e:
+    except (ConfigError, SourceError, ForeignFolderError) as e:
         fail(str(e))
     except UpstreamNotCached as e:
         fail(str(e), 1)

@@ -27,6 +27,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
+# written first into a folder of the user's choosing that a stage works in (`in_place`): the
+# folder is the tool's; holds the stage instance's name; not content (outside the digest)
+OWNER_MARK = ".platonic-artifact"
 # derived indexes (rebuilt from the content files, not byte-stable): outside the digest
 DERIVED_SUFFIXES = {".duckdb", ".wal"}
 
@@ -101,9 +104,11 @@ def file_digest(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def content_files(folder: Path) -> list[Path]:
-    """The files the digest covers: all but the manifest and derived indexes, sorted."""
+    """The files the digest covers: all but the manifest, the owner mark and derived indexes, sorted."""
     return [
-        p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST and p.suffix not in DERIVED_SUFFIXES
+        p
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in (MANIFEST, OWNER_MARK) and p.suffix not in DERIVED_SUFFIXES
     ]
 
 
@@ -156,7 +161,7 @@ def describe_schema(folder: Path) -> dict[str, Any]:
     """Per content file: Parquet columns and types, .npy shapes and dtypes, else its size."""
     out: dict[str, Any] = {}
     for p in sorted(folder.rglob("*")):
-        if not p.is_file() or p.name == MANIFEST:
+        if not p.is_file() or p.name in (MANIFEST, OWNER_MARK):
             continue
         rel = str(p.relative_to(folder))
         if p.suffix == ".parquet":
@@ -181,6 +186,25 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process
         return True
     return True
+
+
+class ForeignFolderError(ValueError):
+    """A folder the tool was told to write in holds files it did not write: refused, and
+    nothing there is touched. The message is one line naming the folder and what is there."""
+
+
+def listing(paths: list[Path], root: Path, limit: int = 6) -> str:
+    """`a, b/, c ... (+N more)`: some entries under `root`, folders with a slash."""
+    names = [str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in sorted(paths)]
+    return ", ".join(names[:limit]) + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _owned_manifest(folder: Path) -> Manifest | None:
+    """The folder's manifest if it is one this tool wrote (a user's manifest.json is not)."""
+    try:
+        return Manifest.read(folder)
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 class ArtifactStore:
@@ -217,15 +241,46 @@ class ArtifactStore:
         """The artifact in a folder of the user's choosing, if complete and of this key."""
         if not (Path(folder) / MANIFEST).is_file():
             return None
-        m = Manifest.read(Path(folder))
-        return m if m.cache_key == cache_key else None
+        m = _owned_manifest(Path(folder))
+        return m if m is not None and m.cache_key == cache_key else None
 
     @staticmethod
-    def in_place(folder: Path) -> Path:
-        """Make `folder` the working folder of a stage that resumes where it stopped (its
-        earlier files stay): the manifest goes first, so the folder reads as incomplete."""
+    def in_place(folder: Path, stage: str) -> Path:
+        """Make `folder` the working folder of `stage` (an instance id), which resumes where
+        it stopped (its earlier files stay) and may replace what it wrote there before: the
+        manifest goes first, so the folder reads as incomplete.
+
+        The folder must be new, empty, or this stage's: marked by `OWNER_MARK`, or holding
+        its manifest (artifacts written before the mark). Where a manifest lists the files
+        the stage wrote, any other file is the user's. Otherwise ForeignFolderError, and
+        nothing in the folder is touched."""
         folder = Path(folder).resolve()
+        if folder.exists() and not folder.is_dir():
+            raise ForeignFolderError(f"{folder}: is a file, not a folder")
+        entries = list(folder.iterdir()) if folder.is_dir() else []
+        if entries:
+            mark = folder / OWNER_MARK
+            m = _owned_manifest(folder) if (folder / MANIFEST).is_file() else None
+            marked = mark.is_file() and mark.read_text().strip() == stage
+            if not marked and (m is None or m.stage != stage):
+                raise ForeignFolderError(
+                    f"{folder}: not empty and not written by {stage} (holds {listing(entries, folder)}); "
+                    "give a new or empty folder"
+                )
+            if m is not None and m.files:
+                known = set(m.files) | {MANIFEST, OWNER_MARK}
+                stray = [
+                    p
+                    for p in folder.rglob("*")
+                    if p.is_file() and str(p.relative_to(folder)) not in known and p.suffix not in DERIVED_SUFFIXES
+                ]
+                if stray:
+                    raise ForeignFolderError(
+                        f"{folder}: holds files {stage} did not write ({listing(stray, folder)}); "
+                        "move them out or give another folder"
+                    )
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / OWNER_MARK).write_text(stage + "\n")
         (folder / MANIFEST).unlink(missing_ok=True)
         return folder
 

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .data.catalog import sql
+from .data.catalog import duckdb_literal, sql
 
 if TYPE_CHECKING:
     from .config import DedupConfig, EmbedMatchConfig, MatchConfig, NearConfig
@@ -83,7 +83,8 @@ def _norm_udf(arr: pa.Array) -> pa.Array:
 
 def corpus_files(specs: Iterable[str | Path]) -> list[Path]:
     """Parquet files of a corpus: files, globs, folders (every *.parquet below), or artifact
-    folders of this project (`ingest`: corpus.parquet; positives/dedup: texts.parquet)."""
+    folders of this project (`ingest`: corpus.parquet; positives/dedup: texts.parquet). A
+    path that exists is taken literally; only one that does not is a glob."""
     files: list[Path] = []
     for spec in specs:
         p = Path(spec)
@@ -156,7 +157,7 @@ def _connect(
         c if c in present else f"NULL::{'BIGINT' if c == 'source_row' else 'VARCHAR'} AS {c}"
         for c in PROVENANCE_COLUMNS
     ]
-    paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    paths = ", ".join("'" + duckdb_literal(f).replace("'", "''") + "'" for f in files)
     if rows is None:
         con.execute(
             f"CREATE VIEW corpus AS SELECT {', '.join(cols)} FROM read_parquet([{paths}], union_by_name = true)"

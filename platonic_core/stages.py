@@ -311,7 +311,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "ingest",
-            2,
+            3,
             ("ingest",),
             (
                 "corpus.parquet",

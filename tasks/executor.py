@@ -202,6 +202,9 @@ def _execute_locked(
             f"stage {inst.id} has no cached artifact for this config (cache key {key}); "
             "run the pipeline without --only first"
         )
+    # a folder of the user's choosing is claimed before any run starts: one holding files
+    # the stage did not write is refused with nothing in it touched
+    work = store.in_place(folder, inst.id) if folder is not None and (hit is None or mode == FORCE) else None
     upstream_keys = {n: m.cache_key for n, m in inputs.items()}
     upstream_runs = {n: m.producer_run_id for n, m in inputs.items()}
     tags = {
@@ -232,7 +235,7 @@ def _execute_locked(
             tracking.log_input(c, run_id, n, m.digest, m.uri, m.schema, m.counts)
         log.info("%-14s running    %s%s", inst.id, key, " (forced)" if hit is not None else "")
         t0 = time.perf_counter()
-        tmp = store.staging(inst.id, key) if folder is None else store.in_place(folder)
+        tmp = store.staging(inst.id, key) if work is None else work
         hooks = StageHooks(
             log_metrics=lambda metrics, step: tracking.log_metrics(c, run_id, metrics, step=step),
             set_tags=lambda tags: tracking.set_tags(c, run_id, tags),

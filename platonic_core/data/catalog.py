@@ -9,6 +9,7 @@ Open a catalog with `open_catalog`, which points DuckDB's file search path at th
 
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path
 
@@ -28,6 +29,14 @@ def sql(name: str, **params: str) -> str:
     return text
 
 
+def duckdb_literal(path: str | Path) -> str:
+    """A path DuckDB reads as that one file or folder: DuckDB takes any path with a glob
+    character as a pattern, even when a file of that very name exists (`x[1].parquet` reads
+    `x1.parquet`); escaped as `glob.escape` does it (`[[]`, `[*]`, `[?]`), it is literal. A
+    pattern may follow: `duckdb_literal(folder) + "/*/*.parquet"`."""
+    return glob.escape(str(path))
+
+
 def open_catalog(db_path: Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection to a catalog whose relative Parquet paths resolve beside it."""
     db_path = Path(db_path)
@@ -42,7 +51,7 @@ def build_catalog(db_path: Path, **parquet_paths: Path) -> None:
     """The world's catalog: tables copied from the given Parquet files, plus stats views."""
     con = duckdb.connect(str(db_path))
     try:
-        con.execute(sql("catalog", **{k: str(Path(v).resolve()) for k, v in parquet_paths.items()}))
+        con.execute(sql("catalog", **{k: duckdb_literal(Path(v).resolve()) for k, v in parquet_paths.items()}))
         con.execute(sql("corpus_stats"))
     finally:
         con.close()

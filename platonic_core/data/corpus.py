@@ -18,8 +18,9 @@ partitioned layout
 quarantines text ids repeated across shards (the first shard keeps the text), and
 registers the catalog. Every input text is kept or quarantined: in == kept + quarantined.
 
-Reasons: missing_field, schema_mismatch, empty_text, invalid_utf8, over_long_text,
-duplicate_key, unknown_image (a COCO annotation naming no image).
+Reasons: missing_field, schema_mismatch, empty_text, invalid_utf8, control_characters,
+over_long_text, duplicate_key, unknown_image (a COCO annotation naming no image),
+malformed_csv (a CSV row whose quote does not close: readers/jsonl.py).
 Memory is bounded by one batch (`ingest.batch_rows` input rows) per shard, whatever the
 shard or corpus size; the cross-shard check runs in DuckDB under a memory limit.
 """
@@ -42,12 +43,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..artifacts import ForeignFolderError, listing
 from ..config import IngestConfig, stable_hash
-from .catalog import build_corpus_catalog, sql
+from .catalog import build_corpus_catalog, duckdb_literal, sql
 from .ingest import check_texts
 from .readers import (
     IMAGE_SCHEMA,
     MISMATCH,
+    OVER_LONG,
     REASON,
     REASON_FIELD,
     Reader,
@@ -57,17 +60,19 @@ from .readers import (
 )
 from .schema import QUARANTINE_SCHEMA, TEXT_SCHEMA
 
-RULES_VERSION = 1  # bump when the normalisation or the rules change: shard caches re-run
+RULES_VERSION = 2  # bump when the normalisation or the rules change: shard caches re-run
 REASONS = (
     "missing_field",
     "schema_mismatch",
     "empty_text",
     "invalid_utf8",
+    "control_characters",
     "over_long_text",
     "duplicate_key",
     "unknown_image",
+    "malformed_csv",
 )
-_INTERNAL = (MISMATCH, REASON, REASON_FIELD)
+_INTERNAL = (MISMATCH, OVER_LONG, REASON, REASON_FIELD)
 
 
 @dataclass
@@ -81,6 +86,11 @@ class ShardResult:
 
 def _bool(col, n: int) -> pa.Array:
     return pa.array(np.zeros(n, bool)) if col is None else pc.fill_null(col, False)
+
+
+def _flag(rows: pa.Table, name: str) -> pa.Array:
+    """A reader's per-row flag column (`__mismatch__<col>`, ...); all false where it has none."""
+    return _bool(rows.column(name).combine_chunks() if name in rows.column_names else None, rows.num_rows)
 
 
 def _null_str(n: int) -> pa.Array:
@@ -183,13 +193,15 @@ class _Normaliser:
             text = rows.column(f.column).combine_chunks()
             if pa.types.is_string(text.type):
                 text = text.view(pa.binary())  # one type for all fields; UTF-8 is checked below
-            mism = _bool(rows.column(MISMATCH + f.column).combine_chunks() if MISMATCH + f.column in names else None, n)
+            mism, over = (_flag(rows, marker + f.column) for marker in (MISMATCH, OVER_LONG))
             text_reason, norm = check_texts(text, self.max_chars)
+            text_reason = pc.if_else(over, pa.scalar("over_long_text"), text_reason)  # only a prefix was read
             reason = pc.coalesce(row_reason, pc.if_else(mism, pa.scalar("schema_mismatch"), text_reason))
             texts.append(text)
             normalised.append(norm)
             reasons.append(reason)
-            qfields.append(pc.if_else(pc.is_valid(row_reason), row_field, pa.scalar(f.column)))
+            # a row-level reason names its field, or (a reader's own, fieldless) each text's column
+            qfields.append(pc.if_else(pc.is_valid(row_reason), pc.coalesce(row_field, f.column), pa.scalar(f.column)))
             indices.append(
                 rows.column(f.index_column).combine_chunks().cast(pa.string())
                 if f.index_column
@@ -454,7 +466,8 @@ def _cross_shard_duplicates(out: Path, order: list[str]) -> dict[str, list[tuple
         con.execute("SET memory_limit='512MB'")
         con.execute("SET temp_directory = ?", [(out / ".duckdb_tmp").as_posix()])
         con.execute("SET preserve_insertion_order=false")
-        rows = con.execute(sql("cross_shard_duplicates", texts=str(out / "texts" / "*" / "*.parquet"))).fetchall()
+        texts = duckdb_literal(out / "texts") + "/*/*.parquet"  # the output folder's own name is no glob
+        rows = con.execute(sql("cross_shard_duplicates", texts=texts)).fetchall()
     finally:
         con.close()
         shutil.rmtree(out / ".duckdb_tmp", ignore_errors=True)
@@ -508,6 +521,37 @@ def _quarantine_cross(out: Path, shard: str, dups: list[tuple[str, int]], batch_
     return moved
 
 
+PARTITIONS = ("texts", "quarantine", "images")
+_PARTITION_FILES = {"data.parquet", "data.parquet.tmp"}  # what `_place` and `_quarantine_cross` write
+
+
+def _own_partitions(out: Path) -> list[Path]:
+    """The shard partitions an earlier ingest left under `out` (`<part>/shard=<id>/` holding
+    only its data file). Anything else there is not ingest's: ForeignFolderError, before any
+    work, so nothing of the user's is deleted (nor read by the catalog's globs)."""
+    own, stray = [], []
+    for part in PARTITIONS:
+        root = out / part
+        if not root.exists():
+            continue
+        if not root.is_dir():
+            stray.append(root)
+            continue
+        for d in root.iterdir():
+            ok = (
+                d.is_dir()
+                and not d.is_symlink()
+                and d.name.startswith("shard=")
+                and all(f.is_file() and f.name in _PARTITION_FILES for f in d.iterdir())
+            )
+            (own if ok else stray).append(d)
+    if stray:
+        raise ForeignFolderError(
+            f"{out}: holds files ingest did not write ({listing(stray, out)}); move them out or give another folder"
+        )
+    return own
+
+
 def ingest_corpus(
     shards: list[Shard],
     cfg: IngestConfig,
@@ -525,6 +569,7 @@ def ingest_corpus(
     Returns (counts, per-shard results). A failed shard is reported (status failed, the
     error naming its file), the others complete; counts cover the shards that were read."""
     reader = reader_for(cfg)
+    earlier = _own_partitions(out)
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     results = []
@@ -552,14 +597,12 @@ def ingest_corpus(
     # the output holds exactly the shards given now: stale partitions of earlier runs go
     ok = [r for r in results if r.status != "failed"]
     wanted = {f"shard={r.shard.id}" for r in ok}
-    for part in ("texts", "quarantine", "images"):
-        if (out / part).is_dir():
-            for d in (out / part).iterdir():
-                if d.name not in wanted:
-                    shutil.rmtree(d)
+    for d in earlier:
+        if d.name not in wanted:
+            shutil.rmtree(d)
     for r in ok:
         src = cache / shard_key(reader, r.shard, cfg.max_text_chars)
-        for part in ("texts", "quarantine", "images"):
+        for part in PARTITIONS:
             if (src / f"{part}.parquet").is_file():
                 _place(src / f"{part}.parquet", out / part / f"shard={r.shard.id}" / "data.parquet")
     cross = _cross_shard_duplicates(out, [r.shard.id for r in ok]) if len(ok) > 1 else {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 # written for RE2 so the rule runs vectorised over Arrow arrays.
 _WS = r"[\s\p{Z}\x{85}\x{0b}\x{1c}-\x{1f}]"
 _NEEDS_NORMALISING = rf"{_WS}{_WS}|^{_WS}|{_WS}$|[^ \PZ]|[\t\n\r\f\x{{85}}\x{{0b}}\x{{1c}}-\x{{1f}}]"
+# Control characters (Unicode Cc) but those whitespace is made of (tab, newlines, \x1c-\x1f,
+# NEL: they normalise to a space): NUL, ESC, DEL, C1 controls, ... mean a broken or hostile
+# writer, and would reach tokenizers, terminals and downstream tools as they are.
+_CONTROL = r"[\x{00}-\x{08}\x{0e}-\x{1b}\x{7f}-\x{84}\x{86}-\x{9f}]"
+_SUSPECT = f"{_NEEDS_NORMALISING}|{_CONTROL}"
 
 
 def utf8_valid(values: pa.Array) -> pa.Array:
@@ -64,21 +70,32 @@ def normalize_whitespace(texts: pa.Array) -> pa.Array:
 def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
     """(reason each text is rejected or null, the text with whitespace normalised), both
     vectorised; `texts` is string or binary (undecoded bytes). The rules, in order:
-    missing_field (null), invalid_utf8, empty_text (whitespace only), over_long_text
+    missing_field (null), invalid_utf8, control_characters (a control character that is
+    not whitespace: NUL, ESC, DEL, ...), empty_text (whitespace only), over_long_text
     (> max_chars characters). Normalised texts are null where the bytes are not UTF-8."""
     valid = utf8_valid(texts)
     as_str = texts.view(pa.string()) if pa.types.is_binary(texts.type) else texts
     clean = pc.if_else(pc.fill_null(valid, False), as_str, pa.scalar(None, pa.string()))
-    normalised = normalize_whitespace(clean)
+    # one RE2 pass over every text finds the few that need a closer look (whitespace to
+    # normalise, a control character); both rules then run on those alone
+    suspect = pc.fill_null(pc.match_substring_regex(clean, _SUSPECT), False)
+    control = pa.array(np.zeros(len(clean), bool))
+    normalised = clean
+    if pc.any(suspect).as_py():
+        few = clean.filter(suspect)
+        control = pc.replace_with_mask(control, suspect, pc.match_substring_regex(few, _CONTROL))
+        normalised = pc.replace_with_mask(clean, suspect, normalize_whitespace(few))
     reason = pc.case_when(
         pc.make_struct(
             pc.is_null(texts),
             pc.invert(pc.fill_null(valid, True)),
+            control,
             pc.equal(pc.binary_length(normalised), 0),
             pc.greater(pc.utf8_length(clean), max_chars),
         ),
         "missing_field",
         "invalid_utf8",
+        "control_characters",
         "empty_text",
         "over_long_text",
     )

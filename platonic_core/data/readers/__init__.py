@@ -10,7 +10,8 @@ normaliser checks UTF-8 itself, so an invalid byte quarantines a text, never a s
     recap  Recap-DataComp-1B parquet: org_caption -> alt, re_caption (+ the diverse top-k
            recaption when present) -> recap; key = image id; url, sha256, scores provenance
     wds    webdataset tars: per sample key, .txt and/or .json fields; image members are
-           recorded as (tar, member, offset, size), never decoded
+           recorded as (tar, member, offset, size), never decoded; a member no text column
+           needs is never read, a text member at most 4 bytes per allowed character
     coco   Karpathy dataset_{coco,flickr30k}.json, or COCO captions_*.json: several
            captions per image, read with a streaming JSON parser (bounded memory)
     jsonl  JSON lines or CSV/TSV with a configurable column mapping
@@ -26,6 +27,7 @@ JSON parser), `registry` (`ingest.source` -> reader).
 
 from .base import (
     MISMATCH,
+    OVER_LONG,
     REASON,
     REASON_FIELD,
     Batch,
@@ -50,6 +52,7 @@ __all__ = [
     "JsonStream",
     "JsonlReader",
     "MISMATCH",
+    "OVER_LONG",
     "READERS",
     "REASON",
     "REASON_FIELD",

@@ -4,7 +4,8 @@ markers the normaliser reads, and the `Reader` base class.
 Every batch holds, per input row: `image_id`, `source_row` (the row's ordinal in the shard),
 the text columns named by the reader's `fields`, per-row index columns where a text's index
 comes from the data (caption ids), `__mismatch__<col>` flags where a value had the wrong
-type, and provenance columns (everything else)."""
+type, `__over_long__<col>` flags where the reader read only a prefix of a value longer than
+the text limit, and provenance columns (everything else)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from ...config import IngestConfig
 
 MISMATCH = "__mismatch__"
+# a value known to be longer than ingest.max_text_chars, of which the reader kept only a
+# prefix (bounded memory): over_long_text whatever the prefix holds
+OVER_LONG = "__over_long__"
 REASON = "__reason__"  # a row-level reason found by the reader (e.g. unknown_image), else null
 REASON_FIELD = "__reason_field__"
 

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from .base import (
     MISMATCH,
+    REASON,
     Batch,
     Reader,
     Shard,
@@ -34,7 +35,9 @@ class JsonlReader(Reader):
     (CSV/TSV, header row first). Columns by
     name: `id_column` (default image_id), `text_columns` (default {text: alt}),
     `index_column` for several rows per image (e.g. a caption id). A line that is not a
-    JSON object is quarantined (schema_mismatch) with its raw bytes."""
+    JSON object is quarantined (schema_mismatch) with its raw bytes; so is a CSV row of the
+    wrong width; a CSV row whose quote does not close is quarantined malformed_csv and the
+    rows it would swallow are read as rows (`_csv_records`)."""
 
     format = "jsonl"
 
@@ -47,35 +50,23 @@ class JsonlReader(Reader):
     def fields(self) -> list[TextField]:
         return mapped_fields(self.text_columns, self.cfg.index_column)
 
-    def _records(self, shard: Shard) -> Iterator[tuple[dict | None, str | None]]:
-        """(record, raw line if the record could not be parsed)."""
+    def _records(self, shard: Shard) -> Iterator[tuple[dict | None, str | None, str | None]]:
+        """(record, raw line if the record could not be parsed, a row-level reason)."""
         low = shard.uri.lower()
         with open_binary(shard.uri) as fh:
             if low.endswith((".csv", ".tsv")):
                 text = io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape", newline="")
-                reader = csv.reader(text, delimiter="\t" if low.endswith(".tsv") else ",")
-                try:
-                    header = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as e:
-                    raise ShardError(f"{shard.uri}: bad CSV header ({e})") from None
-                try:
-                    for rec in reader:
-                        if not rec:
-                            continue
-                        if len(rec) != len(header):
-                            yield None, ",".join(rec)
-                        else:
-                            yield {h: (v if v != "" else None) for h, v in zip(header, rec, strict=True)}, None
-                except csv.Error as e:
-                    raise ShardError(f"{shard.uri}: line {reader.line_num}: corrupt CSV ({e})") from None
+                yield from _csv_records(text, "\t" if low.endswith(".tsv") else ",", shard.uri)
                 return
             head = fh.read(64)
             fh.seek(0)
             if head.lstrip()[:1] == b"[":  # a JSON array of records, streamed item by item
                 for rec in JsonStream(fh, shard.uri)._items():
-                    yield (rec, None) if isinstance(rec, dict) else (None, json.dumps(rec, ensure_ascii=False))
+                    yield (
+                        (rec, None, None)
+                        if isinstance(rec, dict)
+                        else (None, json.dumps(rec, ensure_ascii=False), None)
+                    )
                 return
             for line in fh:
                 s = line.decode("utf-8", "surrogateescape").strip()
@@ -84,12 +75,12 @@ class JsonlReader(Reader):
                 try:
                     rec = json.loads(s)
                 except ValueError:
-                    yield None, s
+                    yield None, s, None
                     continue
-                yield (rec, None) if isinstance(rec, dict) else (None, s)
+                yield (rec, None, None) if isinstance(rec, dict) else (None, s, None)
 
     def batches(self, shard: Shard) -> Iterator[Batch]:
-        recs: list[tuple[dict | None, str | None]] = []
+        recs: list[tuple[dict | None, str | None, str | None]] = []
         row = 0
         for rec in self._records(shard):
             recs.append(rec)
@@ -100,10 +91,10 @@ class JsonlReader(Reader):
         if recs:
             yield self._emit(recs, row)
 
-    def _emit(self, recs: list[tuple[dict | None, str | None]], row0: int) -> Batch:
+    def _emit(self, recs: list[tuple[dict | None, str | None, str | None]], row0: int) -> Batch:
         n = len(recs)
         ids, bad_ids = [], []
-        for rec, _raw in recs:
+        for rec, _raw, _reason in recs:
             v = rec.get(self.id_column) if rec else None
             ids.append(None if v is None or isinstance(v, (dict, list)) else str(v))
             bad_ids.append(rec is None or isinstance(v, (dict, list)))
@@ -113,12 +104,92 @@ class JsonlReader(Reader):
             "source_row": pa.array(range(row0, row0 + n), pa.int64()),
         }
         for c in self.text_columns:
-            vals = [rec.get(c) if rec else raw for rec, raw in recs]
+            vals = [rec.get(c) if rec else raw for rec, raw, _ in recs]
             texts, bad = as_text(vals)
             cols[c] = texts
-            cols[MISMATCH + c] = pc.or_(bad, pa.array([rec is None for rec, _ in recs]))
+            cols[MISMATCH + c] = pc.or_(bad, pa.array([rec is None for rec, _, _ in recs]))
         if self.cfg.index_column:
             cols[self.cfg.index_column] = pa.array(
-                [str_or_none(rec.get(self.cfg.index_column)) if rec else None for rec, _ in recs], pa.string()
+                [str_or_none(rec.get(self.cfg.index_column)) if rec else None for rec, _, _ in recs], pa.string()
             )
+        if any(reason for _, _, reason in recs):
+            cols[REASON] = pa.array([reason for _, _, reason in recs], pa.string())
         return Batch(pa.table(cols))
+
+
+class _Lines:
+    """The physical lines of a text stream, for `csv.reader`: lines pushed back are read
+    again first, and `taken` holds the lines the current record has read so far."""
+
+    def __init__(self, text: Iterator[str]):
+        self.text, self.back, self.taken = text, [], []
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        line = self.back.pop() if self.back else next(self.text)
+        self.taken.append(line)
+        return line
+
+    def take(self) -> list[str]:
+        taken, self.taken = self.taken, []
+        return taken
+
+
+def _is_row(line: str, delimiter: str, width: int) -> bool:
+    """Is this one physical line, alone, a well-formed record of `width` fields with its
+    quotes balanced? (The last line of a quoted field over several lines closes a quote: an
+    odd count, so it is never taken for a row.)"""
+    if line.count('"') % 2:
+        return False
+    try:
+        recs = list(csv.reader([line], delimiter=delimiter, strict=True))
+    except csv.Error:
+        return False
+    return len(recs) == 1 and len(recs[0]) == width
+
+
+def _csv_records(text: Iterator[str], delimiter: str, uri: str) -> Iterator[tuple[dict | None, str | None, str | None]]:
+    """(record, raw, reason) per CSV/TSV row, header first. A quote that is not closed where
+    a field may end swallows the next rows into one field, so a record is taken as broken
+    when the strict parser rejects it (text after a closing quote; the file ends inside
+    quotes), or when it spans several physical lines one of which is, on its own, a
+    well-formed row of the header's width with balanced quotes. A broken record's first line
+    is quarantined (malformed_csv, raw = that line) and its other lines are parsed again as
+    rows: nothing is swallowed, and rows in = kept + quarantined. (A quoted field over three
+    or more lines whose middle line looks like a whole row cannot be told from a swallowed
+    row, and is treated as one.)"""
+    lines = _Lines(text)
+    try:
+        header = next(csv.reader(lines, delimiter=delimiter, strict=True))
+    except StopIteration:
+        return
+    except csv.Error as e:
+        raise ShardError(f"{uri}: bad CSV header ({e})") from None
+    lines.take()
+    width = len(header)
+
+    def broken(taken: list[str]) -> tuple[None, str, str]:
+        lines.back.extend(reversed(taken[1:]))  # parsed again: the rows the quote swallowed
+        return None, taken[0].rstrip("\r\n"), "malformed_csv"
+
+    while True:
+        reader = csv.reader(lines, delimiter=delimiter, strict=True)
+        try:
+            for rec in reader:
+                taken = lines.take()
+                if len(taken) > 1 and any(_is_row(line, delimiter, width) for line in taken[1:]):
+                    yield broken(taken)
+                elif not rec:
+                    continue
+                elif len(rec) != width:
+                    yield None, delimiter.join(rec), None
+                else:
+                    yield {h: (v if v != "" else None) for h, v in zip(header, rec, strict=True)}, None, None
+            return
+        except csv.Error:
+            taken = lines.take()
+            if not taken:
+                raise
+            yield broken(taken)  # a fresh reader goes on after the broken record

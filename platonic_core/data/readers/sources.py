@@ -78,13 +78,20 @@ def _hub_snapshot(spec: str, revision: str | None, patterns: list[str]) -> Path:
         ) from None
 
 
+def _is_glob(path: str) -> bool:
+    """A source that names no existing file or folder is a pattern if it has glob characters
+    (an existing `shots[1].tar` is that file, not `shots1.tar`)."""
+    return any(c in path for c in "*?[")
+
+
 def resolve_sources(
     paths: list[str], fmt: str, revision: str | None = None, allow_patterns: list[str] | None = None
 ) -> list[Shard]:
     """Every shard the sources name, in a stable order, with ids and content digests.
 
     A folder contributes its files with the format's extensions (recursively), a glob its
-    matches; `allow_patterns` (fnmatch on the path inside a folder or hub repo) keeps a subset."""
+    matches; a path that exists is taken literally, even with glob characters in its name.
+    `allow_patterns` (fnmatch on the path inside a folder or hub repo) keeps a subset."""
     if fmt not in EXTENSIONS:
         raise SourceError(f"unknown format {fmt!r} (formats: {', '.join(EXTENSIONS)})")
     if not paths:
@@ -101,25 +108,25 @@ def resolve_sources(
         if src.startswith("hf://"):
             root = _hub_snapshot(src, revision, allow_patterns or HUB_PATTERNS[fmt])
             found = sorted(str(p) for p in root.rglob("*") if p.is_file() and want(str(p.relative_to(root))))
-        elif "://" in src:
+        elif "://" in src:  # as below: what exists is taken literally, only the rest is a glob
             fs, path = _fs(src)
-            if any(c in path for c in "*?["):
-                found = sorted(fs.glob(path))
-            elif fs.isdir(path):
+            if fs.isdir(path):
                 found = sorted(p for p in fs.find(path) if want(p[len(path.rstrip("/")) + 1 :]))
             elif fs.exists(path):
                 found = [path]
+            elif _is_glob(path):
+                found = sorted(fs.glob(path))
             else:
                 raise SourceError(f"{src}: no such file")
             found = [fs.unstrip_protocol(p) for p in found]
         else:
             p = Path(src)
-            if any(c in src for c in "*?["):
-                found = sorted(glob.glob(src, recursive=True))
-            elif p.is_dir():
+            if p.is_dir():
                 found = sorted(str(f) for f in p.rglob("*") if f.is_file() and want(str(f.relative_to(p))))
             elif p.is_file():
                 found = [str(p)]
+            elif _is_glob(src):
+                found = sorted(glob.glob(src, recursive=True))
             else:
                 raise SourceError(f"{src}: no such file or folder")
         if not found:

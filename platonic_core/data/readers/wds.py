@@ -1,5 +1,12 @@
 """Webdataset tars: per sample key, .txt and/or .json fields; image members are recorded as
-(tar, member, offset, size), never decoded (`read_image_member` reads one later)."""
+(tar, member, offset, size), never decoded (`read_image_member` reads one later).
+
+Memory is bounded whatever a member's size: a member no text column needs (images, .npy,
+.wav, ...) is never read; a text member is read up to 4 bytes per allowed character (UTF-8's
+widest), so a longer one is over_long_text however it decodes, and only that prefix is kept
+(its quarantine `raw`); a .json member is parsed up to `JSON_META_BYTES` plus that much per
+text read from it, and a bigger one is not parsed (its texts over_long_text, its id and index
+fields missing)."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import pyarrow as pa
 
 from .base import (
     MISMATCH,
+    OVER_LONG,
     Batch,
     Reader,
     Shard,
@@ -27,6 +35,7 @@ if TYPE_CHECKING:
     from ...config import IngestConfig
 
 IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"}
+JSON_META_BYTES = 1 << 16  # a sample's .json beyond its texts: url, sha256, sizes, exif (a few KB)
 IMAGE_SCHEMA = pa.schema(
     [
         ("image_id", pa.string()),
@@ -37,6 +46,10 @@ IMAGE_SCHEMA = pa.schema(
         ("ext", pa.string()),
     ]
 )
+
+
+class _Prefix(bytes):
+    """The first bytes of a member longer than the reader's limit for it (the rest unread)."""
 
 
 class WdsReader(Reader):
@@ -50,6 +63,11 @@ class WdsReader(Reader):
         super().__init__(cfg)
         self.text_columns = cfg.text_columns or {"txt": "alt"}
         self.id_column = cfg.id_column  # None: the sample key; else a json field
+        # the members read, each up to a limit in bytes (the .json always: texts, ids and the
+        # url / sha256 provenance); any other member is only listed
+        text_limit = 4 * cfg.max_text_chars  # n characters take at most 4n bytes in UTF-8
+        self.limits = {c: text_limit for c in self.text_columns if not c.startswith("json.")}
+        self.limits["json"] = JSON_META_BYTES + text_limit * sum(c.startswith("json.") for c in self.text_columns)
 
     @property
     def fields(self) -> list[TextField]:
@@ -63,11 +81,13 @@ class WdsReader(Reader):
         )
         texts: dict[str, list] = {c: [] for c in self.text_columns}
         bad: dict[str, list] = {c: [] for c in self.text_columns}
+        over: dict[str, list] = {c: [] for c in self.text_columns}
         extra: dict[str, list] = {c: [] for c in json_cols if c not in texts}
         prov: dict[str, list] = {"member_key": [], "url": [], "sha256": [], "members": []}
         for key, parts in samples:
             meta, meta_ok = None, True
-            if "json" in parts:
+            meta_cut = isinstance(parts.get("json"), _Prefix)  # too big to parse
+            if parts.get("json") is not None and not meta_cut:
                 try:
                     meta = json.loads(parts["json"].decode("utf-8", "surrogateescape"))
                 except (ValueError, UnicodeDecodeError):
@@ -82,14 +102,17 @@ class WdsReader(Reader):
                     raw = parts.get(c)
                     texts[c].append(raw if isinstance(raw, bytes) else None)
                     bad[c].append(False)
-                elif not meta_ok:  # unparsable .json: its raw bytes, quarantined as a mismatch
-                    texts[c].append(parts["json"])
-                    bad[c].append(True)
+                    over[c].append(isinstance(raw, _Prefix))
+                elif meta_cut or not meta_ok:  # its raw bytes: over long, or a mismatch if unparsable
+                    texts[c].append(bytes(parts["json"]))
+                    bad[c].append(not meta_cut)
+                    over[c].append(meta_cut)
                 else:
                     v = meta.get(c[5:]) if meta else None
                     t, m = as_text([v])
                     texts[c].append(t[0].as_py())
                     bad[c].append(m[0].as_py())
+                    over[c].append(False)
             for c in extra:
                 extra[c].append(str_or_none(meta.get(c[5:])) if meta else None)
             prov["member_key"].append(key)
@@ -106,6 +129,7 @@ class WdsReader(Reader):
         for c in self.text_columns:
             cols[c] = pa.array(texts[c], pa.binary())
             cols[MISMATCH + c] = pa.array(bad[c], pa.bool_())
+            cols[OVER_LONG + c] = pa.array(over[c], pa.bool_())
         for c, v in extra.items():
             cols[c] = pa.array(v, pa.string())
         for c, v in prov.items():
@@ -141,9 +165,13 @@ class WdsReader(Reader):
                         ext = ext.lower()
                         if ext in IMAGE_EXTS:  # located, not read: the recaptioner opens it later
                             cur["@" + ext] = (m.name, m.offset_data, m.size)
-                        else:
+                        elif ext in self.limits:  # read up to its limit, one byte more tells
+                            limit = self.limits[ext]
                             f = tf.extractfile(m)
-                            cur[ext] = f.read() if f else b""
+                            data = f.read(limit + 1) if f else b""
+                            cur[ext] = _Prefix(data[:limit]) if len(data) > limit else data
+                        else:  # no text column needs it: listed in `members`, never read
+                            cur[ext] = None
                         if len(samples) >= self.batch_rows:
                             yield self._rows(samples, shard, row)
                             row += len(samples)

@@ -1,0 +1,421 @@
+"""Hostile inputs to ingest and the corpus readers (issue 19): an output folder holding the
+user's files, a tar member far past the text limit, a CSV quote that never closes, control
+characters in a caption, paths with glob characters. Each fixture is written here, tiny,
+except the memory-bound one, generated on the fly."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import textwrap
+import unicodedata
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from platonic.core.config import IngestConfig
+from platonic.core.data.catalog import open_catalog
+from platonic.core.data.corpus import ingest_corpus
+from platonic.core.data.readers import resolve_sources
+
+
+def run(paths, tmp: Path, fmt: str, out: Path | None = None, **cfg):
+    """Ingest with tiny batches (2 rows), as tests/test_corpus.py does."""
+    ic = IngestConfig(source=fmt, paths=[str(p) for p in paths], **{"batch_rows": 2, **cfg})
+    shards = resolve_sources(ic.paths, fmt, ic.revision, ic.allow_patterns or None)
+    counts, results = ingest_corpus(shards, ic, out or tmp / "out", tmp / "cache")
+    assert counts["in"] == counts["kept"] + counts["quarantined"]
+    assert counts["quarantined"] == sum(v for k, v in counts.items() if k.startswith("quarantined_"))
+    return counts, results
+
+
+def rows(out: Path, view: str, cols: str) -> list[tuple]:
+    con = open_catalog(out / "catalog.duckdb")
+    try:
+        return con.execute(f"SELECT {cols} FROM {view} ORDER BY shard, source_row").fetchall()
+    finally:
+        con.close()
+
+
+def tar(path: Path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---- 3. the output folder: never delete what ingest did not write ---------------------------------
+
+
+def _cli_ingest(args: list[str]):
+    # Prefect binds its log handlers to the streams of its import: import it before CliRunner
+    # swaps (and then closes) stdout/stderr, as a real process does
+    from typer.testing import CliRunner
+
+    import platonic.tasks.executor  # noqa: F401
+    from platonic.flows.cli import app
+
+    return CliRunner().invoke(app, ["ingest", *args])
+
+
+def test_ingest_out_refuses_a_folder_it_did_not_write_and_deletes_nothing(tmp_path):
+    src = tmp_path / "caps.jsonl"
+    src.write_text(json.dumps({"image_id": "a", "text": "a red bus"}) + "\n")
+    store = tmp_path / "store"
+    # a folder of the user's that happens to use ingest's partition names
+    mine = tmp_path / "mine"
+    for rel, data in {
+        "texts/notes.txt": b"my notes",  # a file where ingest keeps its partitions
+        "quarantine/2024/keep.parquet": b"PAR1 mine",  # a folder that is no shard partition
+        "images/photo.jpg": b"\xff\xd8 mine",
+        "manifest.json": b'{"mine": true}',  # not an artifact manifest
+        "thesis.tex": b"\\documentclass{article}",
+    }.items():
+        (mine / rel).parent.mkdir(parents=True, exist_ok=True)
+        (mine / rel).write_bytes(data)
+    before = files_under(mine)
+    r = _cli_ingest([str(src), "--format", "jsonl", "--out", str(mine), "--out-dir", str(store)])
+    assert r.exit_code == 2, r.output
+    err = [line for line in r.stderr.splitlines() if line.startswith("error")]  # MLflow logs there too
+    assert len(err) == 1 and err[0].startswith("error: ") and str(mine.resolve()) in err[0], r.stderr
+    assert "thesis.tex" in err[0] and "texts/" in err[0]  # what is there
+    assert files_under(mine) == before  # nothing deleted, nothing added
+
+    # ingest's own output folder: a rerun replaces its partitions, but a file the user put
+    # among them is not deleted: the run is refused, naming it
+    out = tmp_path / "corpus"
+    r = _cli_ingest([str(src), "--format", "jsonl", "--out", str(out), "--out-dir", str(store)])
+    assert r.exit_code == 0, r.output
+    (out / "texts" / "README.txt").write_text("what these files are")
+    (out / "images" / "mine").mkdir(parents=True)
+    (out / "images" / "mine" / "cat.png").write_bytes(b"\x89PNG mine")
+    src2 = tmp_path / "other.jsonl"
+    src2.write_text(json.dumps({"image_id": "b", "text": "a blue car"}) + "\n")
+    before = files_under(out)
+    r = _cli_ingest([str(src2), "--format", "jsonl", "--out", str(out), "--out-dir", str(store)])
+    assert r.exit_code == 2, r.output
+    err = [line for line in r.stderr.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and err[0].startswith("error: ") and "README.txt" in err[0], r.stderr
+    assert files_under(out) == before
+    # without the user's files the rerun goes through and drops only its own stale partition
+    (out / "texts" / "README.txt").unlink()
+    (out / "images" / "mine" / "cat.png").unlink()
+    (out / "images" / "mine").rmdir()
+    r = _cli_ingest([str(src2), "--format", "jsonl", "--out", str(out), "--out-dir", str(store)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (out / "texts").iterdir()) == ["shard=other"]
+
+
+def test_ingest_corpus_keeps_foreign_files_among_its_partitions(tmp_path):
+    """The core function, as a notebook calls it: a stray entry among the partitions is
+    refused before anything is read or written."""
+    from platonic.core.artifacts import ForeignFolderError
+
+    src = tmp_path / "caps.jsonl"
+    src.write_text(json.dumps({"image_id": "a", "text": "a red bus"}) + "\n")
+    out = tmp_path / "out"
+    (out / "quarantine").mkdir(parents=True)
+    (out / "quarantine" / "todo.txt").write_text("look at these")
+    with pytest.raises(ForeignFolderError, match=r"quarantine/todo\.txt"):
+        run([src], tmp_path, "jsonl")
+    assert (out / "quarantine" / "todo.txt").read_text() == "look at these"
+    assert not (out / "texts").exists()
+
+
+# ---- 4. a tar member far past the text limit: bounded memory ------------------------------------
+
+_RSS_SCRIPT = textwrap.dedent(
+    """
+    import json, resource, sys
+    from pathlib import Path
+    from platonic.core.config import IngestConfig
+    from platonic.core.data.corpus import ingest_corpus
+    from platonic.core.data.readers import resolve_sources
+
+    tmp = Path(sys.argv[1])
+
+    def ingest(name):
+        ic = IngestConfig(source="wds", paths=[str(tmp / name)], max_text_chars=1000)
+        return ingest_corpus(resolve_sources(ic.paths, "wds"), ic, tmp / ("out-" + name), tmp / "cache")[0]
+
+    ingest("small.tar.gz")  # warm up: every module and pool the big one needs is loaded
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    counts = ingest("big.tar.gz")
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"counts": counts, "growth_kb": after - before}))
+    """
+)
+
+
+class _Repeat(io.RawIOBase):
+    """`n` bytes of a repeated pattern, produced as they are read (never held whole)."""
+
+    def __init__(self, pattern: bytes, n: int):
+        self.pattern, self.left = pattern, n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        k = min(len(b), self.left)
+        reps = self.pattern * (k // len(self.pattern) + 1)
+        b[:k] = reps[:k]
+        self.left -= k
+        return k
+
+
+def test_huge_tar_members_are_never_read_whole(tmp_path):
+    big = 200 * 1024 * 1024
+    with tarfile.open(tmp_path / "big.tar.gz", "w:gz", compresslevel=1) as tf:
+        for name, pattern, size in (
+            ("a.txt", b"a red bus in town ", big),  # far past max_text_chars
+            ("b.txt", b"a small caption", 15),
+            ("b.bin", b"\0\1\2\3", big),  # a member no text column reads
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tf.addfile(info, _Repeat(pattern, size))
+    with tarfile.open(tmp_path / "small.tar.gz", "w:gz") as tf:
+        info = tarfile.TarInfo("s.txt")
+        info.size = 7
+        tf.addfile(info, io.BytesIO(b"a caption"))
+    assert (tmp_path / "big.tar.gz").stat().st_size < 4 * 1024 * 1024  # 400 MB that compress away
+    proc = subprocess.run(
+        [sys.executable, "-c", _RSS_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    c = res["counts"]
+    assert (c["rows_in"], c["kept"], c["quarantined"], c.get("quarantined_over_long_text")) == (2, 1, 1, 1)
+    assert res["growth_kb"] < 48 * 1024, res  # a 200 MB member read whole grows it by >= 200 MB
+    q = rows(tmp_path / "out-big.tar.gz", "quarantine", "source_row, field, reason, length(raw)")
+    assert q[0][:3] == (0, "txt", "over_long_text") and q[0][3] <= 4 * 1000  # a bounded prefix as raw
+
+
+def test_text_member_limit_counts_characters_not_bytes(tmp_path):
+    """A member is read up to 4 bytes per allowed character (UTF-8's widest): a text of
+    max_text_chars 4-byte characters is kept; one character more is over long, whether it
+    is decided on the bytes read or on the prefix."""
+    clef = "\U0001d11e"  # 4 bytes in UTF-8
+    tar(
+        tmp_path / "t.tar",
+        [
+            ("k0.txt", (clef * 8).encode()),  # 32 bytes, 8 characters: at the limit, kept
+            ("k1.txt", (clef * 9).encode()),  # 36 bytes > 4 x 8: not read past the limit
+            ("k2.txt", ("é" * 8).encode()),  # 16 bytes, 8 characters: kept
+            ("k3.txt", b"a" * 9),  # 9 bytes, read whole: 9 characters, over long
+            ("k4.txt", b" " * 40 + b"x"),  # past the byte bound: over long, however it starts
+            ("k5.json", json.dumps({"caption": "x" * 70_000, "url": "u"}).encode()),  # too big to parse
+            ("k6.json", json.dumps({"caption": "fine cap"}).encode()),
+        ],
+    )
+    counts, _ = run(
+        [tmp_path / "t.tar"], tmp_path, "wds", max_text_chars=8, text_columns={"txt": "alt", "json.caption": "recap"}
+    )
+    kept = rows(tmp_path / "out", "texts", "image_id, text_id")
+    assert kept == [("k0", "k0:alt:0"), ("k2", "k2:alt:0"), ("k6", "k6:recap:0")]
+    q = {(r[0], r[1]): r[2] for r in rows(tmp_path / "out", "quarantine", "source_row, field, reason")}
+    assert {k: v for k, v in q.items() if v == "over_long_text"} == {
+        (1, "txt"): "over_long_text",
+        (3, "txt"): "over_long_text",
+        (4, "txt"): "over_long_text",
+        (5, "json.caption"): "over_long_text",
+    }
+    assert counts["rows_in"] == 7
+    raw = {r[:2]: r[2] for r in rows(tmp_path / "out", "quarantine", "source_row, field, length(raw)")}
+    assert raw[(5, "json.caption")] < 70_000  # the member was not read whole
+
+
+# ---- 5. CSV: a quote that never closes ----------------------------------------------------------
+
+
+def test_csv_unterminated_quote_does_not_swallow_rows(tmp_path):
+    (tmp_path / "eof.csv").write_text(  # the quote runs to the end of the file
+        'img,caption\na,"first caption\nb,second caption\nc,third caption\n'
+    )
+    (tmp_path / "later.csv").write_text(  # the quote closes at the next quoted field
+        'img,caption\nd,"fourth caption\ne,"fifth caption"\nf,"a caption\nover two lines"\ng,seventh\n'
+        'g2,"a caption, with commas,\nover, two lines"\n'
+    )
+    (tmp_path / "tabs.tsv").write_text('img\tcaption\nh\t"eighth\ni\tninth\n')
+    counts, _ = run(
+        [tmp_path / "eof.csv", tmp_path / "later.csv", tmp_path / "tabs.tsv"],
+        tmp_path,
+        "jsonl",
+        id_column="img",
+        text_columns={"caption": "alt"},
+    )
+    kept = [r[:2] for r in rows(tmp_path / "out", "texts", "image_id, text, shard")]
+    assert sorted(kept) == [
+        ("b", "second caption"),
+        ("c", "third caption"),
+        ("e", "fifth caption"),
+        ("f", "a caption over two lines"),  # a quoted field over two lines is no broken quote
+        ("g", "seventh"),
+        ("g2", "a caption, with commas, over, two lines"),  # its last line closes a quote: no row
+        ("i", "ninth"),
+    ]
+    q = rows(tmp_path / "out", "quarantine", "shard, source_row, reason, raw")
+    assert q == [
+        ("eof", 0, "malformed_csv", 'a,"first caption'),
+        ("later", 0, "malformed_csv", 'd,"fourth caption'),
+        ("tabs", 0, "malformed_csv", 'h\t"eighth'),
+    ]
+    assert counts["rows_in"] == 3 + 5 + 2 == counts["kept"] + counts["quarantined"]
+
+
+# ---- 6. control characters ---------------------------------------------------------------------
+
+NUL_CAPTION = "a dog\x00 on a beach"
+
+
+def test_control_characters_rule():
+    """Every control character (Unicode Cc) is quarantined except those Python's
+    str.split() calls whitespace (tab, newlines, ...), which normalise to a space."""
+    from platonic.core.data.ingest import check_text, check_texts
+
+    controls = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cc"]
+    reasons, norm = check_texts(pa.array([f"a{c}b" for c in controls]), 100)
+    for c, reason, text in zip(controls, reasons.to_pylist(), norm.to_pylist(), strict=True):
+        if c.isspace():
+            assert (reason, text) == (None, "a b"), repr(c)
+        else:
+            assert reason == "control_characters", repr(c)
+    assert check_text(NUL_CAPTION, 100) == "control_characters"
+    assert check_text("\x00", 100) == "control_characters"  # not empty: something is there
+    assert check_text("a\u200bb\u00ad", 100) is None  # format characters are no controls
+
+
+def test_control_characters_are_quarantined_by_every_reader(tmp_path):
+    pq.write_table(
+        pa.table({"key": ["r0", "r1"], "org_caption": [NUL_CAPTION, "fine"], "re_caption": ["ok", "bell\x07"]}),
+        tmp_path / "recap.parquet",
+    )
+    tar(
+        tmp_path / "w.tar",
+        [("w0.txt", NUL_CAPTION.encode()), ("w1.json", json.dumps({"caption": "esc\x1b[31m red"}).encode())],
+    )
+    (tmp_path / "k.json").write_text(
+        json.dumps({"images": [{"cocoid": 1, "sentences": [{"raw": NUL_CAPTION, "sentid": 5}, {"raw": "ok"}]}]})
+    )
+    (tmp_path / "l.jsonl").write_text(json.dumps({"image_id": "j0", "text": NUL_CAPTION}) + "\n")
+    (tmp_path / "c.csv").write_text(f"image_id,text\nc0,{NUL_CAPTION}\nc1,del\x7f\n")
+    cases = [
+        ("recap", ["recap.parquet"], {}, 2),
+        ("wds", ["w.tar"], {"text_columns": {"txt": "alt", "json.caption": "recap"}}, 2),
+        ("coco", ["k.json"], {}, 1),
+        ("jsonl", ["l.jsonl", "c.csv"], {}, 3),
+    ]
+    for fmt, names, cfg, n_bad in cases:
+        out = tmp_path / f"out-{fmt}"
+        counts, _ = run([tmp_path / n for n in names], tmp_path, fmt, out=out, **cfg)
+        assert counts.get("quarantined_control_characters") == n_bad, (fmt, counts)
+        assert not any("\x00" in t or "\x07" in t or "\x7f" in t for (t,) in rows(out, "texts", "text")), fmt
+        raws = [r for (r,) in rows(out, "quarantine", "raw")]
+        assert any("\x00" in r for r in raws), fmt  # the raw value is kept for inspection
+
+
+def test_control_characters_in_the_world_ingest(tmp_path):
+    from platonic.core.config import WorldConfig
+    from platonic.core.data.ingest import ingest_world
+    from platonic.core.world import generate_world
+
+    world = tmp_path / "world"
+    generate_world(WorldConfig(n_train=16, n_eval=16), world)
+    pq.write_table(pa.table({"scene_id": ["s0", "s1"], "text": [NUL_CAPTION, "fine"]}), world / "alt_texts.parquet")
+    (tmp_path / "out").mkdir()
+    counts = ingest_world(world, IngestConfig(), tmp_path / "out")
+    q = pq.read_table(tmp_path / "out" / "quarantine.parquet").to_pylist()
+    assert [(r["source_row"], r["reason"]) for r in q] == [(0, "control_characters")]
+    assert counts["train_texts"] == 1
+
+
+# ---- 10. paths with glob characters: an existing path is taken literally ----------------------
+
+
+def test_sources_with_glob_characters_are_taken_literally_when_they_exist(tmp_path):
+    line = json.dumps({"image_id": "a", "text": "the real one"}) + "\n"
+    decoy = json.dumps({"image_id": "z", "text": "a decoy the glob would match"}) + "\n"
+    (tmp_path / "caps[1].jsonl").write_text(line)
+    (tmp_path / "caps1.jsonl").write_text(decoy)  # what `caps[1].jsonl` matches as a glob
+    (tmp_path / "set[a]").mkdir()
+    (tmp_path / "set[a]" / "x.jsonl").write_text(line)
+    (tmp_path / "seta").mkdir()
+    (tmp_path / "seta" / "y.jsonl").write_text(decoy)
+    assert [s.uri for s in resolve_sources([str(tmp_path / "caps[1].jsonl")], "jsonl")] == [
+        str(tmp_path / "caps[1].jsonl")
+    ]
+    assert [s.uri for s in resolve_sources([str(tmp_path / "set[a]")], "jsonl")] == [
+        str(tmp_path / "set[a]" / "x.jsonl")
+    ]
+    # a path that does not exist is still a glob
+    assert [s.uri for s in resolve_sources([str(tmp_path / "caps[0-9].jsonl")], "jsonl")] == [
+        str(tmp_path / "caps1.jsonl")
+    ]
+    assert [s.uri for s in resolve_sources([f"file://{tmp_path}/caps[1].jsonl"], "jsonl")] == [
+        f"file://{tmp_path}/caps[1].jsonl"
+    ]
+
+
+def test_ingest_out_with_glob_characters(tmp_path):
+    """Two shards sharing a text id (the cross-shard check reads every partition) into an
+    output folder whose name is a glob matching a decoy folder beside it."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"image_id": "x", "text": f"text from {name}"}) + "\n")
+    decoy = tmp_path / "out1" / "texts" / "shard=zz"
+    decoy.mkdir(parents=True)
+    pq.write_table(pa.table({"text_id": ["q:alt:0"], "source_row": [0]}), decoy / "data.parquet")
+    out = tmp_path / "out[1]"
+    counts, _ = run([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path, "jsonl", out=out)
+    assert (counts["kept"], counts["quarantined_duplicate_key"]) == (1, 1)
+    assert rows(out, "texts", "shard, text") == [("a", "text from a")]
+
+
+def test_audit_corpus_with_glob_characters(tmp_path):
+    from platonic.core.config import AuditConfig
+    from platonic.core.data.evalsets import load_eval_spec
+    from platonic.core.data.schema import text_table
+    from platonic.core.dedup import audit, eval_table
+
+    def corpus(folder: Path, text: str) -> None:
+        folder.mkdir()
+        row = {"image_id": "A", "text_id": "A:alt:0", "source_kind": "alt", "text": text}
+        pq.write_table(text_table([row]), folder / "corpus.parquet")
+
+    corpus(tmp_path / "corpus[1]", "a man rides a red bicycle")
+    corpus(tmp_path / "corpus1", "an unrelated sentence about tea")  # the glob's match
+    (tmp_path / "wit.txt").write_text("A man rides a red bicycle.\n")
+    spec = f"captions:{tmp_path / 'wit.txt'}"
+    evals = eval_table(dict([load_eval_spec(spec)]))
+    cfg = AuditConfig(corpus=[str(tmp_path / "corpus[1]")], eval=[spec], levels=["exact"])
+    (tmp_path / "out").mkdir()
+    s = audit(cfg.corpus, evals, cfg, tmp_path / "out")
+    assert s["corpus_texts"] == 1
+    assert s["eval_sets"]["captions:wit"]["levels"]["exact"]["captions"] == 1
+
+
+def test_world_catalog_in_a_folder_with_glob_characters(tmp_path):
+    from platonic.core.config import WorldConfig
+    from platonic.core.data.ingest import ingest_stats, ingest_world
+    from platonic.core.data.schema import text_table
+    from platonic.core.world import generate_world
+
+    world = tmp_path / "world"
+    generate_world(WorldConfig(n_train=16, n_eval=16), world)
+    for name in ("ingest[1]", "ingest1"):
+        (tmp_path / name).mkdir()
+    decoy = {"image_id": "z", "text_id": "z:decoy:0", "source_kind": "decoy", "text": "x"}
+    pq.write_table(text_table([decoy]), tmp_path / "ingest1" / "corpus.parquet")  # where the glob points
+    ingest_world(world, IngestConfig(), tmp_path / "ingest[1]")
+    kinds = {s["source_kind"] for s in ingest_stats(tmp_path / "ingest[1]")}
+    assert "decoy" not in kinds and "alt" in kinds
