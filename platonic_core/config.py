@@ -1004,6 +1004,77 @@ def _format_validation_error(err: ValidationError, origin: str) -> str:
     return f"{origin}: '{loc}': {msg}{got_s}"
 
 
+# Bounds on what a recipe's YAML may become, checked on the composed node graph before any
+# Python object is built: aliases let a few hundred bytes name ~10^9 nodes (billion laughs),
+# which validation, hashing and the stages would then walk. The packaged recipes are under
+# 3 KiB, under 200 nodes and at most 6 levels deep.
+MAX_RECIPE_BYTES = 1 << 20
+MAX_YAML_NODES = 100_000  # with every alias expanded
+MAX_YAML_DEPTH = 64
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node, origin: str) -> None:
+    """Refuse a node graph whose alias-expanded tree exceeds MAX_YAML_NODES nodes or
+    MAX_YAML_DEPTH levels, or that refers to itself. Iterative, each distinct node once."""
+    size: dict[int, int] = {}  # id(node) -> nodes in its expanded subtree
+    height: dict[int, int] = {}
+    open_: set[int] = set()  # on the current path: meeting one again is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        kids = _node_children(node)
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in kids)
+            height[key] = 1 + max((height[id(c)] for c in kids), default=0)
+            if size[key] > MAX_YAML_NODES:
+                raise ConfigError(
+                    f"{origin}: its aliases expand to more than {MAX_YAML_NODES:,} YAML nodes "
+                    f"(line {node.start_mark.line + 1}); a recipe is refused before it can blow up"
+                )
+            if height[key] > MAX_YAML_DEPTH:
+                raise ConfigError(
+                    f"{origin}: nested deeper than {MAX_YAML_DEPTH} levels (line {node.start_mark.line + 1})"
+                )
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise ConfigError(f"{origin}: an alias refers to itself (line {node.start_mark.line + 1})")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(kids) if id(c) not in size)
+
+
+def load_yaml(text: str, origin: str) -> Any:
+    """YAML (safe tags only) from an untrusted source, bounded in size, alias expansion and
+    depth before anything is constructed. Every failure is one ConfigError line naming `origin`."""
+    if len(text.encode()) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"{origin}: {len(text.encode()):,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,})")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, origin)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{origin}: not valid YAML ({' '.join(str(e).split())})") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{origin}: nested deeper than {MAX_YAML_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a", "b", "c"], value parsed as YAML)."""
     if "=" not in item:
@@ -1012,10 +1083,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".")]
     if not all(path):
         raise ConfigError(f"--set {item!r}: empty key segment")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML ({e.problem})") from None
+    value = load_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
     return path, value
 
 
@@ -1044,7 +1112,14 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
     candidates = [Path(name)] + ([relative_to / name] if relative_to is not None else [])
     found = next((p for p in candidates if p.is_file()), None)
     if found is not None:
-        text, origin = found.read_text(), str(found)
+        size = found.stat().st_size
+        if size > MAX_RECIPE_BYTES:  # refused before it is read
+            raise ConfigError(f"{found}: {size:,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,})")
+        origin = str(found)
+        try:
+            text = found.read_bytes().decode()
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{origin}: not UTF-8 text (byte {e.start})") from None
     elif "/" not in name and not name.endswith((".yaml", ".yml")):
         try:
             text, origin = read_resource("configs", f"{name}.yaml"), f"configs/{name}.yaml"
@@ -1052,10 +1127,7 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
             raise ConfigError(f"{name}: no such recipe file, and no packaged recipe of that name") from None
     else:
         raise ConfigError(f"{name}: no such recipe file")
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{origin}: not valid YAML ({' '.join(str(e).split())})") from None
+    raw = load_yaml(text, origin) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
     return raw, origin
