@@ -25,7 +25,14 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no float field of a recipe means anything at inf or NaN: refused here, not deep in a stage
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# every seed reaches numpy, torch or scikit-learn; numpy's legacy seeding and scikit-learn's
+# random_state take 0 .. 2**32 - 1 (the code adds offsets only inside SeedSequences and
+# torch generators, which take far more)
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 # --------------------------------------------------------------------------------------
@@ -35,7 +42,7 @@ class Section(BaseModel):
 class WorldConfig(Section):
     """The synthetic world: scenes, renders and caption grammar (see platonic_core/world)."""
 
-    seed: int = 0
+    seed: Seed = 0
     n_train: int = Field(12000, ge=16)
     n_eval: int = Field(1024, ge=16)
     # co-occurrence structure: scene themes and a Dirichlet concentration (see world/scenes.py)
@@ -164,7 +171,7 @@ class PositivesConfig(Section):
     backend: Literal["world", "openai", "transformers", "vllm"] = "world"
     recaptions: int = Field(2, ge=0)
     paraphrases: int = Field(1, ge=0)
-    seed: int = 0
+    seed: Seed = 0
     models: GenModelsConfig = GenModelsConfig()
     prompts: PromptsConfig = PromptsConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -197,7 +204,7 @@ class NearConfig(Section):
     ngrams: list[int] = [1, 2]  # word n-gram sizes that make the shingle set
     bands: int = Field(32, ge=1)
     rows: int = Field(4, ge=1)
-    seed: int = 0
+    seed: Seed = 0
     batch_rows: int = Field(100_000, ge=1)  # corpus texts per MinHash batch (bounds memory)
 
     @model_validator(mode="after")
@@ -278,7 +285,7 @@ class ViewsConfig(Section):
     text_sources: list[str] = ["recap"]
     vocab_size: int = Field(400, ge=64)
     max_len: int = Field(48, ge=8)
-    seed: int = 0
+    seed: Seed = 0
     # the tokenizer: `word` (deterministic word-level, the
     # default), `wordpiece` / `bpe` (HF `tokenizers` trainers on the corpus, offline), or a
     # pretrained one by hub name (`tokenizer_name`, e.g. bert-base-uncased; needs the hub).
@@ -424,7 +431,7 @@ class CeilingConfig(Section):
     jitter: float = Field(1e-3, gt=0)
     hidden: int = Field(256, ge=1)  # the learned ceiling's MLP: two hidden layers
     epochs: int = Field(30, ge=1)
-    seed: int = 0
+    seed: Seed = 0
 
 
 class EvaluateConfig(Section):
@@ -472,7 +479,7 @@ class FanoutConfig(Section):
 
 class PipelineConfig(Section):
     name: str = "demo"
-    seed: int = 0
+    seed: Seed = 0
     out_dir: str = ".platonic"
     experiment: str = "platonic"
     world: WorldConfig = WorldConfig()
@@ -723,7 +730,7 @@ class CaptionConfig(Section):
     base: str | None = "demo"  # a pipeline recipe (path or packaged name); null: no pipeline
     set: list[str] = []  # overrides of the base recipe
     threads: int = Field(1, ge=1)  # torch intra-op threads (not in any cache key)
-    seeds: list[int] = Field([0, 1, 2], min_length=1)  # decoder init/order, pair subsets, pair-free starts
+    seeds: list[Seed] = Field([0, 1, 2], min_length=1)  # decoder init/order, pair subsets, pair-free starts
     confidence: float = Field(0.95, gt=0, lt=1)
     data: CaptionDataConfig = CaptionDataConfig()
     image_encoder: CaptionEncoderConfig = CaptionEncoderConfig(id="image")
@@ -825,7 +832,7 @@ class AblationConfig(Section):
     base: str = "demo"  # a pipeline recipe: a path, or the name of a packaged one
     set: list[str] = []  # overrides applied to the base in every cell
     quick: list[str] = []  # more overrides, applied with --quick
-    seeds: list[int] = Field([0, 1, 2], min_length=2)
+    seeds: list[Seed] = Field([0, 1, 2], min_length=2)
     rows: dict[str, AblationRow] = Field(min_length=1)
     columns: list[str] = ["good", "bad", "ntp"]  # text models of the base recipe
     sweep: SweepConfig | None = None
@@ -891,7 +898,7 @@ class MatchDataConfig(Section):
     split: Literal["train", "test"] = "test"
     classes: str | None = None
     per_class: int | None = Field(None, ge=1)  # images per class (None: all; world: 32)
-    seed: int = 0  # which images when subsampling; the world's renders
+    seed: Seed = 0  # which images when subsampling; the world's renders
     class_sets: list[Literal["shape", "colour", "shape_colour"]] = ["shape", "colour", "shape_colour"]  # world
     position: Literal["centre", "random"] = "centre"  # world: the object's grid cell
     class_names: dict[str, list[str]] = {}  # a class set's names as prompted, in class order
@@ -934,7 +941,7 @@ class MatchSolverConfig(Section):
     `restarts` + 2-opt), top-1 / top-k against chance and the labelled oracle; Student-t
     intervals over seeds."""
 
-    seeds: list[int] = Field([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], min_length=5)
+    seeds: list[Seed] = Field([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], min_length=5)
     top_k: int = Field(5, ge=1)
     kmeans_init: int = Field(10, ge=1)
     solver: Literal["auto", "exact", "faq"] = "auto"

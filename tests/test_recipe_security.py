@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from platonic.core import config
-from platonic.core.config import ConfigError, load_config, read_recipe
+from platonic.core.config import AblationConfig, ConfigError, load_config, read_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -88,3 +88,38 @@ def test_the_cli_prints_one_error_line_for_a_bomb(tmp_path):
     )
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+
+
+# ---- numbers: seeds in range, floats finite ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "item, key",
+    [
+        ("world.seed=-1", "world.seed"),
+        ("seed=100000000000000000000000000", "seed"),
+        ("seed=4294967296", "seed"),
+        ("positives.seed=-5", "positives.seed"),
+        ("views.seed=-1", "views.seed"),
+        ("dedup.near.seed=-1", "dedup.near.seed"),
+        ("evaluate.ceiling.seed=-1", "evaluate.ceiling.seed"),
+        ("train.models.good.optim.lr=.inf", "train.models.good.optim.lr"),
+        ("train.models.good.optim.lr=.nan", "train.models.good.optim.lr"),
+        ("train.models.good.lam=.nan", "train.models.good.lam"),
+        ("world.concentration=.inf", "world.concentration"),
+        ("positives.http.timeout_s=.inf", "positives.http.timeout_s"),
+    ],
+)
+def test_out_of_range_seeds_and_non_finite_floats_are_refused(item, key):
+    msg = one_line_error(lambda: load_config(TINY, [item]))
+    assert f"'{key}'" in msg, msg
+
+
+def test_the_largest_seed_is_accepted():
+    assert load_config(TINY, ["seed=4294967295", "world.seed=4294967295"]).world.seed == 2**32 - 1
+
+
+def test_seed_lists_are_in_range_too():
+    rows = {"r": {"good_sources": ["recap"], "text_sources": ["recap"]}}
+    with pytest.raises(ValueError, match="seeds"):
+        AblationConfig.model_validate({"rows": rows, "seeds": [-1, 0]})
