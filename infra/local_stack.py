@@ -272,6 +272,9 @@ class Stack:
             DO_NOT_TRACK="1",
             MLFLOW_DISABLE_TELEMETRY="true",
             OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+            # the stack test sends each run's out_dir as a deployment override: allowed here by
+            # the operator (the worker's environment), not by default (docs/operations.md)
+            PLATONIC_DEPLOYMENT_OVERRIDES="out_dir",
         )
         return self.spawn(
             name,

@@ -8,14 +8,17 @@ meant for the user; the CLI prints it and exits with code 2.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .resources import read_resource
 
@@ -33,6 +36,8 @@ class Section(BaseModel):
 # random_state take 0 .. 2**32 - 1 (the code adds offsets only inside SeedSequences and
 # torch generators, which take far more)
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")  # what positives.vllm_python may be called
 
 
 # --------------------------------------------------------------------------------------
@@ -159,7 +164,10 @@ class GenHttpConfig(Section):
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)
     backoff_s: float = Field(1.0, ge=0)  # first retry waits ~backoff_s, doubling, with jitter
-    api_key_env: str = "OPENAI_API_KEY"  # read from the environment, never stored in a recipe
+    # the environment variable the key is read from (never stored in a recipe). Only names of
+    # the form *_API_KEY: the key is sent to the recipe's base_url, so a recipe must not be able
+    # to name another secret (AWS_SECRET_ACCESS_KEY, a password) and ship it off
+    api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Z][A-Z0-9_]*_API_KEY$")
 
 
 class PositivesConfig(Section):
@@ -179,7 +187,9 @@ class PositivesConfig(Section):
     http: GenHttpConfig = GenHttpConfig()
     trust_remote_code: bool = False  # transformers / vllm: run a model repo's own code (off unless set)
     device: str = "cpu"  # transformers backend
-    vllm_python: str = "python"  # the interpreter of vLLM's own environment (vllm backend)
+    # the interpreter of vLLM's own environment (vllm backend): a python executable, by path
+    # or by name on PATH, run with no shell and no arguments of its own (see `_check_vllm_python`)
+    vllm_python: str = "python"
     vllm_args: dict[str, Any] = {}  # extra `vllm.LLM(...)` arguments, e.g. max_model_len, gpu_memory_utilization
 
     @model_validator(mode="after")
@@ -189,6 +199,27 @@ class PositivesConfig(Section):
                 if n and not getattr(self.models, task).id:
                     raise ValueError(f"backend {self.backend!r} needs positives.models.{task}.id (the {task} model)")
         return self
+
+    @field_validator("vllm_python")
+    @classmethod
+    def _check_vllm_python(cls, v: str, info: ValidationInfo) -> str:
+        """The runner is launched as `[vllm_python, vllm_runner.py, ...]`: a recipe names an
+        interpreter, never a command. Allowed: an executable file called python, python3 or
+        python3.X (symlinks resolved: a link named python to a shell is refused), given as a
+        path or as a name looked up on PATH. Existence is checked when the vllm backend is on."""
+        if not PYTHON_NAME.fullmatch(Path(v).name) or any(c.isspace() for c in v):
+            raise ValueError(
+                "must be a python interpreter (python, python3, python3.X, or its path, e.g. "
+                "/opt/vllm/bin/python3): no command, no arguments"
+            )
+        if info.data.get("backend") == "vllm":
+            found = shutil.which(v)
+            if found is None:
+                raise ValueError("no such executable (not a file, not on PATH)")
+            real = Path(os.path.realpath(found))
+            if not PYTHON_NAME.fullmatch(real.name):
+                raise ValueError(f"resolves to {real}, not a python interpreter")
+        return v
 
 
 Level = Literal["exact", "near", "embed"]
@@ -1092,6 +1123,55 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         raise ConfigError(f"--set {item!r}: empty key segment")
     value = load_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
     return path, value
+
+
+# What a deployment run (flows/pipeline.py) may override: a Prefect deployment takes `sets`
+# from whoever reaches the Prefect API, so only knobs of the science are open, never where
+# code, models, credentials or endpoints come from (positives.vllm_python, positives.models,
+# positives.http, services, fanout.address, ingest.paths, dedup.embed.model) nor where files
+# are written (out_dir). fnmatch patterns on the dotted key; a worker's operator adds patterns
+# with PLATONIC_DEPLOYMENT_OVERRIDES (docs/operations.md).
+DEPLOYMENT_OVERRIDES: tuple[str, ...] = (
+    "name",
+    "seed",
+    "experiment",
+    "world.*",
+    "ingest.max_text_chars",
+    "ingest.batch_rows",
+    "ingest.workers",
+    "positives.recaptions",
+    "positives.paraphrases",
+    "positives.seed",
+    "positives.batch_size",
+    "positives.prompts.*",
+    "positives.sampling.*",
+    "dedup.enabled",
+    "dedup.policy",
+    "dedup.levels",
+    "dedup.remove",
+    "dedup.near.*",
+    "dedup.embed.threshold",
+    "dedup.embed.batch_size",
+    "dedup.embed.max_length",
+    "views.*",
+    "train.threads",
+    "train.models.*",
+    "embed.*",
+    "evaluate.*",
+    "fanout.engine",
+    "fanout.workers",
+)
+
+
+def check_overrides(overrides: list[str], allowed: tuple[str, ...] | list[str]) -> None:
+    """Refuse any `key=value` whose dotted key matches no pattern of `allowed`."""
+    for item in overrides:
+        path, _ = parse_override(item)
+        key = ".".join(path)
+        if not any(fnmatch.fnmatchcase(key, pattern) for pattern in allowed):
+            raise ConfigError(
+                f"--set {item!r}: '{key}' is not an override a deployment run may send (allowed: {', '.join(allowed)})"
+            )
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from platonic.core import config
-from platonic.core.config import AblationConfig, ConfigError, load_config, read_recipe
+from platonic.core.config import AblationConfig, ConfigError, PositivesConfig, load_config, read_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -25,6 +25,147 @@ def one_line_error(call) -> str:
     msg = str(e.value)
     assert "\n" not in msg, msg
     return msg
+
+
+# ---- the vLLM runner is an interpreter, not a command line --------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "sh -c 'touch /tmp/pwned' --",
+        "python -c 'import os'",
+        "conda run -n vllm python",
+        "/bin/sh",
+        "python;id",
+        "/nonexistent/venv/bin/python3",
+    ],
+)
+def test_vllm_python_must_be_an_existing_python_interpreter(value):
+    msg = one_line_error(lambda: load_config(TINY, [*VLLM, f"positives.vllm_python={value}"]))
+    assert "positives.vllm_python" in msg, msg
+
+
+def test_vllm_python_named_python_but_linked_to_a_shell_is_refused(tmp_path):
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.symlink_to("/bin/sh")
+    msg = one_line_error(lambda: load_config(TINY, [*VLLM, f"positives.vllm_python={fake}"]))
+    assert "positives.vllm_python" in msg and "sh" in msg, msg
+
+
+def test_vllm_python_accepts_a_real_interpreter_and_runs_it_without_a_shell(monkeypatch, tmp_path):
+    cfg = load_config(TINY, [*VLLM, f"positives.vllm_python={sys.executable}"])
+    assert cfg.positives.vllm_python == sys.executable
+    import subprocess as sp
+
+    from platonic.core.positives.generate import Job
+    from platonic.core.positives.vllm_offline import RUNNER, VllmOfflineBackend
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def popen(cmd, **kw):
+        seen["cmd"], seen["shell"] = cmd, kw.get("shell", False)
+        raise Stop
+
+    monkeypatch.setattr(sp, "Popen", popen)
+    backend = VllmOfflineBackend(cfg.positives)
+    with pytest.raises(Stop):
+        next(backend.generate("recap", [Job(None, [{"role": "user", "content": "x"}], 0)], 4))
+    assert seen["cmd"][:2] == [sys.executable, str(RUNNER)] and not seen["shell"]
+
+
+@pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "HOME", "MLFLOW_TRACKING_PASSWORD", "openai_api_key", ""])
+def test_api_key_env_names_only_an_api_key_variable(name):
+    msg = one_line_error(lambda: load_config(TINY, [f"positives.http.api_key_env={name!r}"]))
+    assert "positives.http.api_key_env" in msg, msg
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "VLLM_API_KEY", "LAB2_API_KEY"])
+def test_api_key_env_accepts_api_key_variables(name):
+    assert load_config(TINY, [f"positives.http.api_key_env={name}"]).positives.http.api_key_env == name
+
+
+def test_the_default_positives_section_is_unchanged():
+    """The positives stage hashes its whole section: the defaults must serialise as before,
+    or every cached positives artifact (and all downstream) would be recomputed."""
+    d = PositivesConfig().model_dump(mode="json")
+    assert d["vllm_python"] == "python" and d["http"]["api_key_env"] == "OPENAI_API_KEY"
+
+
+# ---- deployments take only allow-listed overrides ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "positives.vllm_python=/usr/bin/python3",
+        "positives.http.api_key_env=OPENAI_API_KEY",
+        "positives.models.recaption.base_url=http://attacker.example/v1",
+        "positives.trust_remote_code=true",
+        "services.mlflow_tracking_uri=http://attacker.example",
+        "fanout.address=tcp://attacker.example:8786",
+        "out_dir=/etc",
+        "positives={backend: vllm}",
+        "dedup.embed.model=/tmp/somewhere",
+    ],
+)
+def test_check_overrides_refuses_keys_outside_the_allow_list(item):
+    msg = one_line_error(lambda: config.check_overrides([item], config.DEPLOYMENT_OVERRIDES))
+    assert item.split("=")[0] in msg and "allow" in msg, msg
+
+
+def test_check_overrides_allows_the_science_knobs():
+    config.check_overrides(
+        [
+            "seed=1",
+            "world.seed=2",
+            "train.models.good.steps=150",
+            "train.models.extra={kind: causal_lm, views: text}",
+            "fanout.engine=dask",
+            "fanout.workers=2",
+            "positives.sampling.temperature=0.5",
+            "evaluate.k=5",
+        ],
+        config.DEPLOYMENT_OVERRIDES,
+    )
+
+
+def test_a_deployment_run_is_refused_bad_overrides_a_config_and_outside_recipes(monkeypatch):
+    from platonic.flows import pipeline as pl
+
+    ok = pl.resolve_config(None, "tiny", ["seed=1", "train.models.good.steps=3"], deployed=True)
+    assert ok.seed == 1
+    msg = one_line_error(lambda: pl.resolve_config(None, "tiny", ["positives.vllm_python=python"], deployed=True))
+    assert "positives.vllm_python" in msg
+    one_line_error(lambda: pl.resolve_config(load_config(TINY).model_dump(mode="json"), None, None, deployed=True))
+    one_line_error(lambda: pl.resolve_config(None, "/etc/passwd", None, deployed=True))
+    # the operator may widen the list on the worker
+    monkeypatch.setenv("PLATONIC_DEPLOYMENT_OVERRIDES", "out_dir")
+    assert pl.resolve_config(None, "tiny", ["out_dir=/tmp/x"], deployed=True).out_dir == "/tmp/x"
+    # the CLI's own runs (not deployed) take any override
+    assert pl.resolve_config(None, str(TINY), ["positives.http.api_key_env=VLLM_API_KEY"]).name == "tiny"
+
+
+def test_the_pipeline_flow_applies_the_allow_list_under_a_deployment(monkeypatch):
+    from platonic.flows import pipeline as pl
+
+    class Planned(Exception):
+        pass
+
+    def plan(*a, **k):  # reached only when the recipe was accepted
+        raise Planned
+
+    monkeypatch.setattr(pl, "plan", plan)
+    monkeypatch.setattr(pl.services, "apply", lambda services: None)  # exports nothing into this process
+    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "7c1c6b7e-0000-4000-8000-000000000000")
+    with pytest.raises(ConfigError, match="services.prefect_api_url"):
+        pl.pipeline.fn(recipe="tiny", sets=["services.prefect_api_url=http://attacker.example/api"])
+    with pytest.raises(Planned):
+        pl.pipeline.fn(recipe="tiny", sets=["seed=2"])
 
 
 # ---- YAML cannot expand without bound ------------------------------------------------------
