@@ -1,6 +1,7 @@
-"""A recipe is data, never code (issue 19): what a recipe, a `--set` or a deployment's
-parameters may make a worker do, how much YAML it may expand into, which numbers pass
-validation, and the served stack's defaults (infra/compose.yaml)."""
+"""What comes from outside is data, never code (issue 19): what a recipe, a `--set` or a
+deployment's parameters may make a worker do, how much YAML it may expand into, which numbers
+pass validation, feature and weight files from anywhere, and the served stack's defaults
+(infra/compose.yaml)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from platonic.core import config
@@ -264,3 +266,73 @@ def test_seed_lists_are_in_range_too():
     rows = {"r": {"good_sources": ["recap"], "text_sources": ["recap"]}}
     with pytest.raises(ValueError, match="seeds"):
         AblationConfig.model_validate({"rows": rows, "seeds": [-1, 0]})
+
+
+# ---- feature and weight files from anywhere ------------------------------------------------
+
+
+class Pickled:
+    """Not a tensor: weights_only refuses to unpickle it."""
+
+
+def forged_npy(f, shape=(3_000_000, 3_000_000)) -> None:
+    np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    f.write(b"\x00" * 64)
+
+
+def test_feature_files_that_are_not_features_are_one_line_errors_before_any_allocation(tmp_path):
+    import io
+    import zipfile
+
+    import torch
+
+    from platonic.core.features import load_features
+
+    with open(tmp_path / "forged.npy", "wb") as f:
+        forged_npy(f)
+    member = io.BytesIO()
+    forged_npy(member)
+    with zipfile.ZipFile(tmp_path / "forged.npz", "w") as z:
+        z.writestr("layer_0.npy", member.getvalue())
+    np.save(tmp_path / "truncated.npy", np.zeros((100, 10), np.float32))
+    (tmp_path / "truncated.npy").write_bytes((tmp_path / "truncated.npy").read_bytes()[:300])
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}] * 4, dtype=object), allow_pickle=True)
+    (tmp_path / "notzip.npz").write_bytes(b"hello")
+    (tmp_path / "corrupt.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
+    torch.save({"x": Pickled()}, tmp_path / "pickle.pt")
+    torch.save(torch.zeros(1).expand(200_000, 200_000), tmp_path / "expanded.pt")
+    cases = {
+        "forged.npy": "header declares shape (3000000, 3000000)",
+        "forged.npz": "member layer_0.npy: header declares shape",
+        "truncated.npy": "header declares shape (100, 10)",
+        "objects.npy": "Python objects",
+        "notzip.npz": "not a readable feature file",
+        "corrupt.pt": "not a readable torch file",
+        "pickle.pt": "holds pickled Python objects",
+        "expanded.pt": "a view larger than the data stored",
+    }
+    for name, needle in cases.items():
+        with pytest.raises(ValueError) as e:
+            load_features(tmp_path / name)
+        msg = str(e.value)
+        assert msg.startswith(f"{tmp_path / name}: ") and needle in msg and "\n" not in msg, msg
+    torch.save(torch.ones(6, 4, dtype=torch.bfloat16), tmp_path / "bf16.pt")  # ordinary files still load
+    np.savez(tmp_path / "ok.npz", layer_0=np.ones((6, 4)), layer_1=np.zeros((6, 2)))
+    assert [a.shape for a in load_features(tmp_path / "bf16.pt")] == [(6, 4)]
+    assert [a.shape for a in load_features(tmp_path / "ok.npz")] == [(6, 4), (6, 2)]
+
+
+def test_efficientnet_weights_that_are_not_a_state_dict_are_one_line_errors(tmp_path):
+    import torch
+
+    from platonic.core.match.efficientnet import load_efficientnet_lite0
+
+    (tmp_path / "corrupt.pth").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
+    torch.save({"_fc.weight": Pickled()}, tmp_path / "pickle.pth")
+    torch.save(torch.zeros(3), tmp_path / "tensor.pth")
+    (tmp_path / "corrupt.safetensors").write_bytes(b"\xff" * 16)
+    for name in ("corrupt.pth", "pickle.pth", "tensor.pth", "corrupt.safetensors"):
+        with pytest.raises(ValueError) as e:
+            load_efficientnet_lite0(tmp_path / name)
+        msg = str(e.value)
+        assert msg.startswith(f"{tmp_path / name}: ") and "\n" not in msg, msg
