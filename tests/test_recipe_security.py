@@ -5,6 +5,7 @@ pass validation, feature and weight files from anywhere, and the served stack's 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from platonic.core import config
 from platonic.core.config import AblationConfig, ConfigError, PositivesConfig, load_config, read_recipe
@@ -336,3 +338,62 @@ def test_efficientnet_weights_that_are_not_a_state_dict_are_one_line_errors(tmp_
             load_efficientnet_lite0(tmp_path / name)
         msg = str(e.value)
         assert msg.startswith(f"{tmp_path / name}: ") and "\n" not in msg, msg
+
+
+# ---- the served stack's defaults -----------------------------------------------------------
+
+COMPOSE = ROOT / "infra" / "compose.yaml"
+SECRET_WORDS = ("PASSWORD", "SECRET", "API_KEY", "AUTH_STRING", "ACCESS_KEY", "TOKEN")
+
+
+def published_host(port) -> str | None:
+    """The host address of a published port, long or short syntax; None = all interfaces."""
+    if isinstance(port, dict):
+        return port.get("host_ip")
+    parts = str(port).split(":")
+    return parts[0] if len(parts) == 3 else None
+
+
+def test_compose_publishes_nothing_on_all_interfaces():
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert any(s.get("ports") for s in services.values()), "no port published: the test would prove nothing"
+    for name, s in services.items():
+        for p in s.get("ports", []):
+            assert published_host(p) == "127.0.0.1", f"{name} publishes {p} on all interfaces"
+
+
+def test_compose_has_no_password_defaults_and_turns_authentication_on():
+    text = COMPOSE.read_text()
+    # ${VAR:-default} / ${VAR-default} for anything secret: a forgotten variable must stop `up`
+    for m in re.finditer(r"\$\{([A-Z0-9_]+)(:?-)[^}]*\}", text):
+        assert not any(w in m.group(1) for w in SECRET_WORDS), f"default for {m.group(0)}"
+    for literal in ("platonic-secret", "change-me", "password1234"):
+        assert literal not in text, literal
+    services = yaml.safe_load(text)["services"]
+    for name, s in services.items():
+        env = s.get("environment") or {}
+        # a list entry without "=" passes the host's variable through (or nothing): no literal
+        pairs = env.items() if isinstance(env, dict) else (e.split("=", 1) for e in env if "=" in e)
+        for k, v in pairs:
+            if any(w in k for w in SECRET_WORDS):
+                assert str(v).startswith("${") and ":?" in str(v), f"{name}.{k} = {v!r}: not required from the env"
+    mlflow = services["mlflow"]
+    assert "--app-name basic-auth" in " ".join(" ".join(mlflow["command"]).split())
+    assert "MLFLOW_AUTH_ADMIN_PASSWORD" in mlflow["environment"]
+    assert "PREFECT_SERVER_API_AUTH_STRING" in services["prefect-server"]["environment"]
+    assert "--api-key" in services["vllm"]["command"]
+    for worker_var in ("MLFLOW_TRACKING_PASSWORD", "PREFECT_API_AUTH_STRING", "VLLM_API_KEY"):
+        assert worker_var in services["worker"]["environment"]
+
+
+def test_served_recipes_and_scripts_use_the_vllm_api_key():
+    for script in ("serve_llava.sh", "serve_qwen.sh"):
+        assert '--api-key "$VLLM_API_KEY"' in (ROOT / "infra" / "vllm" / script).read_text(), script
+    cfg = load_config(ROOT / "infra" / "vllm" / "positives_openai.yaml")
+    assert cfg.positives.http.api_key_env == "VLLM_API_KEY"
+    assert "change-me" not in (ROOT / "infra" / "k8s" / "server-values.yaml").read_text()
+
+
+def test_local_stack_initialises_postgres_with_password_auth():
+    src = (ROOT / "infra" / "local_stack.py").read_text()
+    assert '"trust"' not in src and "scram-sha-256" in src  # run for real: tests/test_stack.py

@@ -46,6 +46,33 @@ def stack(tmp_path_factory):
     local_stack.down(folder)
 
 
+def test_postgres_takes_only_the_generated_password(tmp_path):
+    """local_stack's PostgreSQL authenticates (scram-sha-256), never `trust`: without the
+    password a loopback client is refused; the password file is its owner's alone."""
+    st = local_stack.Stack(tmp_path, pg_port=local_stack.free_port())
+    try:
+        st.start_postgres()
+        assert st.pg_password_file.stat().st_mode & 0o777 == 0o600
+
+        def psql(password: str | None) -> subprocess.CompletedProcess:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+            cmd = [local_stack._bin("psql"), "-h", "127.0.0.1", "-p", str(st.pg_port), "-U", "postgres", "-w"]
+            return subprocess.run(
+                [*cmd, "-d", "mlflow", "-tAc", "SELECT 1"],
+                env={**env, **({"PGPASSWORD": password} if password is not None else {})},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        assert psql(None).returncode != 0
+        assert psql("wrong").returncode != 0
+        ok = psql(st.pg_password_file.read_text().strip())
+        assert ok.returncode == 0 and ok.stdout.strip() == "1", ok.stderr
+    finally:
+        local_stack.down(tmp_path)
+
+
 def prefect(env, *args, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "prefect", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
