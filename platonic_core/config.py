@@ -164,10 +164,14 @@ class GenHttpConfig(Section):
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)
     backoff_s: float = Field(1.0, ge=0)  # first retry waits ~backoff_s, doubling, with jitter
-    # the environment variable the key is read from (never stored in a recipe). Only names of
-    # the form *_API_KEY: the key is sent to the recipe's base_url, so a recipe must not be able
-    # to name another secret (AWS_SECRET_ACCESS_KEY, a password) and ship it off
-    api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Z][A-Z0-9_]*_API_KEY$")
+    # the key is sent to the recipe's base_url: a recipe must not name another secret
+    # (AWS_SECRET_ACCESS_KEY, a password) and ship it off
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Z][A-Z0-9_]*_API_KEY$",
+        description="The environment variable holding the server's API key (never the key itself): "
+        "upper case, ending in _API_KEY, e.g. OPENAI_API_KEY or VLLM_API_KEY; pattern ^[A-Z][A-Z0-9_]*_API_KEY$.",
+    )
 
 
 class PositivesConfig(Section):
