@@ -10,12 +10,21 @@ This module opens the MLflow parent run, runs the plan, and publishes results.js
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from prefect import flow
+from prefect.runtime import deployment
 
 from platonic.core.artifacts import ArtifactStore, Manifest
-from platonic.core.config import PipelineConfig, load_config, stable_hash
+from platonic.core.config import (
+    DEPLOYMENT_OVERRIDES,
+    ConfigError,
+    PipelineConfig,
+    check_overrides,
+    load_config,
+    stable_hash,
+)
 from platonic.core.contract import UpstreamNotCached
 from platonic.core.stages import FORCE, instances, plan, uncached
 from platonic.tasks import tracking
@@ -25,18 +34,41 @@ from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 from . import services
 
 
-def resolve_config(config: dict | None, recipe: str | None, sets: list[str] | None) -> PipelineConfig:
+def resolve_config(
+    config: dict | None, recipe: str | None, sets: list[str] | None, deployed: bool = False
+) -> PipelineConfig:
     """The flow's recipe: a validated config (what the CLI sends), or a recipe name/path plus
     `--set` overrides (what a deployment sends: plain parameters the Prefect UI can edit).
-    The recipe's `services` endpoints are exported where the environment sets none."""
+    The recipe's `services` endpoints are exported where the environment sets none.
+
+    `deployed`: the parameters came through the Prefect API, from whoever can reach it. Then
+    only a packaged recipe or a recipe file under the working directory (the deployed
+    checkout) is read, a whole `config` is refused, and every override must match
+    DEPLOYMENT_OVERRIDES or a pattern of $PLATONIC_DEPLOYMENT_OVERRIDES (the worker's own
+    environment, set by its operator)."""
     if config is not None:
         if recipe is not None or sets:
             raise ValueError("give either config or recipe (+ sets), not both")
+        if deployed:
+            raise ConfigError("a deployment run takes a recipe and allow-listed sets, not a whole config")
         cfg = PipelineConfig.model_validate(config)
     else:
+        if deployed:
+            check_deployed_recipe(recipe or "demo")
+            extra = os.environ.get("PLATONIC_DEPLOYMENT_OVERRIDES", "")
+            check_overrides(list(sets or []), (*DEPLOYMENT_OVERRIDES, *filter(None, extra.split(","))))
         cfg = load_config(recipe or "demo", list(sets or []))
     services.apply(cfg.services)
     return cfg
+
+
+def check_deployed_recipe(recipe: str) -> None:
+    """A deployment's recipe: a packaged name, or a file inside the working directory."""
+    if "/" not in recipe and not recipe.endswith((".yaml", ".yml")):
+        return
+    where = Path.cwd().resolve()
+    if not Path(recipe).resolve().is_relative_to(where):
+        raise ConfigError(f"recipe {recipe!r}: a deployment run reads packaged recipes or files under {where}")
 
 
 @flow(name="pipeline", flow_run_name=recipe_run_name, log_prints=True)
@@ -50,7 +82,7 @@ def pipeline(
 ) -> dict:
     """Every stage of a recipe. From a deployment:
     prefect deployment run 'pipeline/demo' --param recipe=tiny --param 'sets=["seed=1"]'"""
-    cfg = resolve_config(config, recipe, sets)
+    cfg = resolve_config(config, recipe, sets, deployed=deployment.id is not None)
     modes = plan(cfg, only, from_stage, force)
     require_cached(cfg, modes, "run the pipeline without --only first")
     plain = cfg.model_dump(mode="json")

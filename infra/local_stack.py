@@ -4,7 +4,8 @@ containers, for a machine without a container engine (and for the stack test and
     python infra/local_stack.py up   --dir /tmp/platonic-stack   # prints the variables to export
     python infra/local_stack.py down --dir /tmp/platonic-stack
 
-- PostgreSQL (the Debian package's binaries): databases `prefect` and `mlflow`
+- PostgreSQL (the Debian package's binaries): databases `prefect` and `mlflow`, password
+  authentication (scram-sha-256) with a generated password kept in <pg dir>/password (0600)
 - an S3-compatible object store: moto's server (MinIO's binaries are not on the package
   registries this project may use; compose.yaml runs MinIO)
 - `prefect server start` on Postgres, a `process` work pool, `prefect worker start`
@@ -20,6 +21,7 @@ import argparse
 import glob
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -103,8 +105,15 @@ class Stack:
             "PREFECT_HOME": str(self.dir / "prefect-home"),
         }
 
+    @property
+    def pg_password_file(self) -> Path:
+        return Path(self.pg_dir) / "password"
+
     def pg_url(self, db: str, driver: str = "postgresql") -> str:
-        return f"{driver}://postgres@127.0.0.1:{self.pg_port}/{db}"
+        """The database URL, password included: give it to a server through its environment,
+        never on a command line (`ps` shows those to every user)."""
+        password = self.pg_password_file.read_text().strip()
+        return f"{driver}://postgres:{password}@127.0.0.1:{self.pg_port}/{db}"
 
     @property
     def logs(self) -> Path:
@@ -144,8 +153,26 @@ class Stack:
         if as_root:
             shutil.chown(pg, "postgres")
         data = pg / "data"
+        # password authentication, never `trust`: on a shared machine every local user reaches
+        # 127.0.0.1. The password is generated here and readable by its owner only.
+        fd = os.open(self.pg_password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24) + "\n")
+        if as_root:
+            shutil.chown(self.pg_password_file, "postgres")  # initdb runs as postgres and reads it
         subprocess.run(
-            [*run_as, _bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
+            [
+                *run_as,
+                _bin("initdb"),
+                "-D",
+                str(data),
+                "-A",
+                "scram-sha-256",
+                "-U",
+                "postgres",
+                f"--pwfile={self.pg_password_file}",
+                "--no-sync",
+            ],
             check=True,
             capture_output=True,
         )
@@ -184,6 +211,7 @@ class Stack:
                     f"CREATE DATABASE {db}",
                 ],
                 capture_output=True,
+                env={**os.environ, "PGPASSWORD": self.pg_password_file.read_text().strip()},
             )
 
     def start_s3(self) -> None:
@@ -249,14 +277,13 @@ class Stack:
                 "127.0.0.1",
                 "--port",
                 str(self.mlflow_port),
-                "--backend-store-uri",
-                self.pg_url("mlflow", "postgresql+psycopg2"),
                 "--artifacts-destination",
                 f"s3://{BUCKET}/mlflow",
                 "--serve-artifacts",
                 "--workers",
                 "2",
             ],
+            env={**self.server_env(), "MLFLOW_BACKEND_STORE_URI": self.pg_url("mlflow", "postgresql+psycopg2")},
         )
         wait_http(
             f"http://127.0.0.1:{self.mlflow_port}/health", "mlflow server", self.logs / "mlflow-server.log", 180, p
@@ -272,6 +299,9 @@ class Stack:
             DO_NOT_TRACK="1",
             MLFLOW_DISABLE_TELEMETRY="true",
             OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+            # the stack test sends each run's out_dir as a deployment override: allowed here by
+            # the operator (the worker's environment), not by default (docs/operations.md)
+            PLATONIC_DEPLOYMENT_OVERRIDES="out_dir",
         )
         return self.spawn(
             name,

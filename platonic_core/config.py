@@ -8,14 +8,17 @@ meant for the user; the CLI prints it and exits with code 2.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .resources import read_resource
 
@@ -25,7 +28,16 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no float field of a recipe means anything at inf or NaN: refused here, not deep in a stage
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# every seed reaches numpy, torch or scikit-learn; numpy's legacy seeding and scikit-learn's
+# random_state take 0 .. 2**32 - 1 (the code adds offsets only inside SeedSequences and
+# torch generators, which take far more)
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")  # what positives.vllm_python may be called
 
 
 # --------------------------------------------------------------------------------------
@@ -35,7 +47,7 @@ class Section(BaseModel):
 class WorldConfig(Section):
     """The synthetic world: scenes, renders and caption grammar (see platonic_core/world)."""
 
-    seed: int = 0
+    seed: Seed = 0
     n_train: int = Field(12000, ge=16)
     n_eval: int = Field(1024, ge=16)
     # co-occurrence structure: scene themes and a Dirichlet concentration (see world/scenes.py)
@@ -152,7 +164,14 @@ class GenHttpConfig(Section):
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)
     backoff_s: float = Field(1.0, ge=0)  # first retry waits ~backoff_s, doubling, with jitter
-    api_key_env: str = "OPENAI_API_KEY"  # read from the environment, never stored in a recipe
+    # the key is sent to the recipe's base_url: a recipe must not name another secret
+    # (AWS_SECRET_ACCESS_KEY, a password) and ship it off
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Z][A-Z0-9_]*_API_KEY$",
+        description="The environment variable holding the server's API key (never the key itself): "
+        "upper case, ending in _API_KEY, e.g. OPENAI_API_KEY or VLLM_API_KEY; pattern ^[A-Z][A-Z0-9_]*_API_KEY$.",
+    )
 
 
 class PositivesConfig(Section):
@@ -164,7 +183,7 @@ class PositivesConfig(Section):
     backend: Literal["world", "openai", "transformers", "vllm"] = "world"
     recaptions: int = Field(2, ge=0)
     paraphrases: int = Field(1, ge=0)
-    seed: int = 0
+    seed: Seed = 0
     models: GenModelsConfig = GenModelsConfig()
     prompts: PromptsConfig = PromptsConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -172,7 +191,9 @@ class PositivesConfig(Section):
     http: GenHttpConfig = GenHttpConfig()
     trust_remote_code: bool = False  # transformers / vllm: run a model repo's own code (off unless set)
     device: str = "cpu"  # transformers backend
-    vllm_python: str = "python"  # the interpreter of vLLM's own environment (vllm backend)
+    # the interpreter of vLLM's own environment (vllm backend): a python executable, by path
+    # or by name on PATH, run with no shell and no arguments of its own (see `_check_vllm_python`)
+    vllm_python: str = "python"
     vllm_args: dict[str, Any] = {}  # extra `vllm.LLM(...)` arguments, e.g. max_model_len, gpu_memory_utilization
 
     @model_validator(mode="after")
@@ -182,6 +203,27 @@ class PositivesConfig(Section):
                 if n and not getattr(self.models, task).id:
                     raise ValueError(f"backend {self.backend!r} needs positives.models.{task}.id (the {task} model)")
         return self
+
+    @field_validator("vllm_python")
+    @classmethod
+    def _check_vllm_python(cls, v: str, info: ValidationInfo) -> str:
+        """The runner is launched as `[vllm_python, vllm_runner.py, ...]`: a recipe names an
+        interpreter, never a command. Allowed: an executable file called python, python3 or
+        python3.X (symlinks resolved: a link named python to a shell is refused), given as a
+        path or as a name looked up on PATH. Existence is checked when the vllm backend is on."""
+        if not PYTHON_NAME.fullmatch(Path(v).name) or any(c.isspace() for c in v):
+            raise ValueError(
+                "must be a python interpreter (python, python3, python3.X, or its path, e.g. "
+                "/opt/vllm/bin/python3): no command, no arguments"
+            )
+        if info.data.get("backend") == "vllm":
+            found = shutil.which(v)
+            if found is None:
+                raise ValueError("no such executable (not a file, not on PATH)")
+            real = Path(os.path.realpath(found))
+            if not PYTHON_NAME.fullmatch(real.name):
+                raise ValueError(f"resolves to {real}, not a python interpreter")
+        return v
 
 
 Level = Literal["exact", "near", "embed"]
@@ -197,7 +239,7 @@ class NearConfig(Section):
     ngrams: list[int] = [1, 2]  # word n-gram sizes that make the shingle set
     bands: int = Field(32, ge=1)
     rows: int = Field(4, ge=1)
-    seed: int = 0
+    seed: Seed = 0
     batch_rows: int = Field(100_000, ge=1)  # corpus texts per MinHash batch (bounds memory)
 
     @model_validator(mode="after")
@@ -278,7 +320,7 @@ class ViewsConfig(Section):
     text_sources: list[str] = ["recap"]
     vocab_size: int = Field(400, ge=64)
     max_len: int = Field(48, ge=8)
-    seed: int = 0
+    seed: Seed = 0
     # the tokenizer: `word` (deterministic word-level, the
     # default), `wordpiece` / `bpe` (HF `tokenizers` trainers on the corpus, offline), or a
     # pretrained one by hub name (`tokenizer_name`, e.g. bert-base-uncased; needs the hub).
@@ -424,7 +466,7 @@ class CeilingConfig(Section):
     jitter: float = Field(1e-3, gt=0)
     hidden: int = Field(256, ge=1)  # the learned ceiling's MLP: two hidden layers
     epochs: int = Field(30, ge=1)
-    seed: int = 0
+    seed: Seed = 0
 
 
 class EvaluateConfig(Section):
@@ -472,7 +514,7 @@ class FanoutConfig(Section):
 
 class PipelineConfig(Section):
     name: str = "demo"
-    seed: int = 0
+    seed: Seed = 0
     out_dir: str = ".platonic"
     experiment: str = "platonic"
     world: WorldConfig = WorldConfig()
@@ -723,7 +765,7 @@ class CaptionConfig(Section):
     base: str | None = "demo"  # a pipeline recipe (path or packaged name); null: no pipeline
     set: list[str] = []  # overrides of the base recipe
     threads: int = Field(1, ge=1)  # torch intra-op threads (not in any cache key)
-    seeds: list[int] = Field([0, 1, 2], min_length=1)  # decoder init/order, pair subsets, pair-free starts
+    seeds: list[Seed] = Field([0, 1, 2], min_length=1)  # decoder init/order, pair subsets, pair-free starts
     confidence: float = Field(0.95, gt=0, lt=1)
     data: CaptionDataConfig = CaptionDataConfig()
     image_encoder: CaptionEncoderConfig = CaptionEncoderConfig(id="image")
@@ -825,7 +867,7 @@ class AblationConfig(Section):
     base: str = "demo"  # a pipeline recipe: a path, or the name of a packaged one
     set: list[str] = []  # overrides applied to the base in every cell
     quick: list[str] = []  # more overrides, applied with --quick
-    seeds: list[int] = Field([0, 1, 2], min_length=2)
+    seeds: list[Seed] = Field([0, 1, 2], min_length=2)
     rows: dict[str, AblationRow] = Field(min_length=1)
     columns: list[str] = ["good", "bad", "ntp"]  # text models of the base recipe
     sweep: SweepConfig | None = None
@@ -891,7 +933,7 @@ class MatchDataConfig(Section):
     split: Literal["train", "test"] = "test"
     classes: str | None = None
     per_class: int | None = Field(None, ge=1)  # images per class (None: all; world: 32)
-    seed: int = 0  # which images when subsampling; the world's renders
+    seed: Seed = 0  # which images when subsampling; the world's renders
     class_sets: list[Literal["shape", "colour", "shape_colour"]] = ["shape", "colour", "shape_colour"]  # world
     position: Literal["centre", "random"] = "centre"  # world: the object's grid cell
     class_names: dict[str, list[str]] = {}  # a class set's names as prompted, in class order
@@ -934,7 +976,7 @@ class MatchSolverConfig(Section):
     `restarts` + 2-opt), top-1 / top-k against chance and the labelled oracle; Student-t
     intervals over seeds."""
 
-    seeds: list[int] = Field([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], min_length=5)
+    seeds: list[Seed] = Field([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], min_length=5)
     top_k: int = Field(5, ge=1)
     kmeans_init: int = Field(10, ge=1)
     solver: Literal["auto", "exact", "faq"] = "auto"
@@ -1004,6 +1046,77 @@ def _format_validation_error(err: ValidationError, origin: str) -> str:
     return f"{origin}: '{loc}': {msg}{got_s}"
 
 
+# Bounds on what a recipe's YAML may become, checked on the composed node graph before any
+# Python object is built: aliases let a few hundred bytes name ~10^9 nodes (billion laughs),
+# which validation, hashing and the stages would then walk. The packaged recipes are under
+# 3 KiB, under 200 nodes and at most 6 levels deep.
+MAX_RECIPE_BYTES = 1 << 20
+MAX_YAML_NODES = 100_000  # with every alias expanded
+MAX_YAML_DEPTH = 64
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node, origin: str) -> None:
+    """Refuse a node graph whose alias-expanded tree exceeds MAX_YAML_NODES nodes or
+    MAX_YAML_DEPTH levels, or that refers to itself. Iterative, each distinct node once."""
+    size: dict[int, int] = {}  # id(node) -> nodes in its expanded subtree
+    height: dict[int, int] = {}
+    open_: set[int] = set()  # on the current path: meeting one again is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        kids = _node_children(node)
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in kids)
+            height[key] = 1 + max((height[id(c)] for c in kids), default=0)
+            if size[key] > MAX_YAML_NODES:
+                raise ConfigError(
+                    f"{origin}: its aliases expand to more than {MAX_YAML_NODES:,} YAML nodes "
+                    f"(line {node.start_mark.line + 1}); a recipe is refused before it can blow up"
+                )
+            if height[key] > MAX_YAML_DEPTH:
+                raise ConfigError(
+                    f"{origin}: nested deeper than {MAX_YAML_DEPTH} levels (line {node.start_mark.line + 1})"
+                )
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise ConfigError(f"{origin}: an alias refers to itself (line {node.start_mark.line + 1})")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(kids) if id(c) not in size)
+
+
+def load_yaml(text: str, origin: str) -> Any:
+    """YAML (safe tags only) from an untrusted source, bounded in size, alias expansion and
+    depth before anything is constructed. Every failure is one ConfigError line naming `origin`."""
+    if len(text.encode()) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"{origin}: {len(text.encode()):,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,})")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, origin)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{origin}: not valid YAML ({' '.join(str(e).split())})") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{origin}: nested deeper than {MAX_YAML_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a", "b", "c"], value parsed as YAML)."""
     if "=" not in item:
@@ -1012,11 +1125,57 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".")]
     if not all(path):
         raise ConfigError(f"--set {item!r}: empty key segment")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML ({e.problem})") from None
+    value = load_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
     return path, value
+
+
+# What a deployment run (flows/pipeline.py) may override: a Prefect deployment takes `sets`
+# from whoever reaches the Prefect API, so only knobs of the science are open, never where
+# code, models, credentials or endpoints come from (positives.vllm_python, positives.models,
+# positives.http, services, fanout.address, ingest.paths, dedup.embed.model) nor where files
+# are written (out_dir). fnmatch patterns on the dotted key; a worker's operator adds patterns
+# with PLATONIC_DEPLOYMENT_OVERRIDES (docs/operations.md).
+DEPLOYMENT_OVERRIDES: tuple[str, ...] = (
+    "name",
+    "seed",
+    "experiment",
+    "world.*",
+    "ingest.max_text_chars",
+    "ingest.batch_rows",
+    "ingest.workers",
+    "positives.recaptions",
+    "positives.paraphrases",
+    "positives.seed",
+    "positives.batch_size",
+    "positives.prompts.*",
+    "positives.sampling.*",
+    "dedup.enabled",
+    "dedup.policy",
+    "dedup.levels",
+    "dedup.remove",
+    "dedup.near.*",
+    "dedup.embed.threshold",
+    "dedup.embed.batch_size",
+    "dedup.embed.max_length",
+    "views.*",
+    "train.threads",
+    "train.models.*",
+    "embed.*",
+    "evaluate.*",
+    "fanout.engine",
+    "fanout.workers",
+)
+
+
+def check_overrides(overrides: list[str], allowed: tuple[str, ...] | list[str]) -> None:
+    """Refuse any `key=value` whose dotted key matches no pattern of `allowed`."""
+    for item in overrides:
+        path, _ = parse_override(item)
+        key = ".".join(path)
+        if not any(fnmatch.fnmatchcase(key, pattern) for pattern in allowed):
+            raise ConfigError(
+                f"--set {item!r}: '{key}' is not an override a deployment run may send (allowed: {', '.join(allowed)})"
+            )
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -1044,7 +1203,14 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
     candidates = [Path(name)] + ([relative_to / name] if relative_to is not None else [])
     found = next((p for p in candidates if p.is_file()), None)
     if found is not None:
-        text, origin = found.read_text(), str(found)
+        size = found.stat().st_size
+        if size > MAX_RECIPE_BYTES:  # refused before it is read
+            raise ConfigError(f"{found}: {size:,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,})")
+        origin = str(found)
+        try:
+            text = found.read_bytes().decode()
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{origin}: not UTF-8 text (byte {e.start})") from None
     elif "/" not in name and not name.endswith((".yaml", ".yml")):
         try:
             text, origin = read_resource("configs", f"{name}.yaml"), f"configs/{name}.yaml"
@@ -1052,10 +1218,7 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
             raise ConfigError(f"{name}: no such recipe file, and no packaged recipe of that name") from None
     else:
         raise ConfigError(f"{name}: no such recipe file")
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{origin}: not valid YAML ({' '.join(str(e).split())})") from None
+    raw = load_yaml(text, origin) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
     return raw, origin

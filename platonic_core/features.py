@@ -7,8 +7,11 @@ and `platonic align` read.
 from __future__ import annotations
 
 import json
+import math
+import pickle
+import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +54,10 @@ def save_features(layers: list[np.ndarray], path: Path) -> None:
     np.savez(path, **{f"layer_{i}": a.astype(np.float32) for i, a in enumerate(layers)})
 
 
+class Unreadable(ValueError):
+    """A feature file's content is not features; the message (without the path) says why."""
+
+
 def _parquet_layers(path: Path) -> list[np.ndarray]:
     """A Parquet of features: list-valued columns are layers (one row per sample, in column
     order); otherwise the numeric columns together are one (N, D) layer."""
@@ -65,39 +72,111 @@ def _parquet_layers(path: Path) -> list[np.ndarray]:
         for c in list_cols:
             rows = t[c].to_pylist()
             if any(r is None for r in rows) or len({len(r) for r in rows}) != 1:
-                raise ValueError(f"{path}: column {c!r} has missing or ragged rows")
+                raise Unreadable(f"column {c!r} has missing or ragged rows")
             layers.append(np.asarray(rows, dtype=np.float32))
         return layers
     num = [f.name for f in t.schema if pa.types.is_floating(f.type) or pa.types.is_integer(f.type)]
     if not num:
-        raise ValueError(f"{path}: no list-valued or numeric columns to read features from")
+        raise Unreadable("no list-valued or numeric columns to read features from")
     return [np.stack([t[c].to_numpy(zero_copy_only=False) for c in num], 1).astype(np.float32)]
 
 
-def load_features(path: Path) -> list[np.ndarray]:
-    """Read features from .npz (layer_i), .npy ((N, D) or (L, N, D)), .pt (weights_only) or
-    .parquet (see `_parquet_layers`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such feature file")
+# what reading a file that is not what it claims to be raises (numpy, torch, zipfile, pyarrow)
+_UNREADABLE = (ValueError, TypeError, RuntimeError, OSError, EOFError, MemoryError, KeyError, zipfile.BadZipFile)
+
+
+def _why(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+def _torch_load(path: Path) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise Unreadable("holds pickled Python objects, not only tensors (refused: weights_only)") from None
+    except _UNREADABLE as e:
+        raise Unreadable(f"not a readable torch file ({_why(e)})") from None
+
+
+def load_torch_file(path: Path) -> Any:
+    """`torch.load` of a file from anywhere (features, state dicts): tensors and plain
+    containers only (weights_only), and a corrupt file or a pickle of other objects is one
+    ValueError line naming the file instead of torch's multi-line traceback."""
+    try:
+        return _torch_load(path)
+    except Unreadable as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _check_npy_header(f: BinaryIO, size: int, what: str) -> None:
+    """Before numpy allocates anything: the array the header of an open .npy stream declares
+    must be numbers and fit in the `size` bytes the stream holds (a forged header can claim
+    terabytes, which np.load would try to allocate)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise Unreadable(f"{what}.npy format version {version} is not supported")
+    if dtype.hasobject:
+        raise Unreadable(f"{what}holds Python objects, not numbers")
+    need, have = math.prod(shape) * dtype.itemsize, size - f.tell()
+    if need > have:
+        raise Unreadable(f"{what}header declares shape {shape} of {dtype} ({need:,} bytes) but holds {have:,} bytes")
+
+
+def _read_layers(path: Path) -> list[np.ndarray]:
     if path.suffix == ".npz":
-        z = np.load(path, allow_pickle=False)
-        keys = sorted(z.files, key=lambda k: int(k.split("_")[-1]) if k.split("_")[-1].isdigit() else -1)
-        return [z[k] for k in keys]
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                with zf.open(info) as f:
+                    _check_npy_header(f, info.file_size, f"member {info.filename}: ")
+        with np.load(path, allow_pickle=False) as z:
+            keys = sorted(z.files, key=lambda k: int(k.split("_")[-1]) if k.split("_")[-1].isdigit() else -1)
+            return [z[k] for k in keys]
     if path.suffix == ".parquet":
         return _parquet_layers(path)
     if path.suffix == ".npy":
+        with open(path, "rb") as f:
+            _check_npy_header(f, path.stat().st_size, "")
         a = np.load(path, allow_pickle=False)
     elif path.suffix == ".pt":
-        a = torch.load(path, map_location="cpu", weights_only=True)
-        a = a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        obj = _torch_load(path)
+        if isinstance(obj, torch.Tensor):
+            if obj.numel() * obj.element_size() > obj.untyped_storage().nbytes():
+                raise Unreadable(f"a tensor of shape {tuple(obj.shape)} is a view larger than the data stored")
+            a = (obj.float() if obj.is_floating_point() else obj).numpy()
+        else:
+            a = np.asarray(obj)
     else:
-        raise ValueError(f"{path}: unsupported feature format {path.suffix!r} (use .npz, .npy, .pt or .parquet)")
+        raise Unreadable(f"unsupported feature format {path.suffix!r} (use .npz, .npy, .pt or .parquet)")
     if a.ndim == 2:
         return [a]
     if a.ndim == 3:
         return list(a)
-    raise ValueError(f"{path}: features must be (N, D) or (L, N, D), got shape {a.shape}")
+    raise Unreadable(f"features must be (N, D) or (L, N, D), got shape {a.shape}")
+
+
+def load_features(path: Path) -> list[np.ndarray]:
+    """Read features from .npz (layer_i), .npy ((N, D) or (L, N, D)), .pt (weights_only) or
+    .parquet (see `_parquet_layers`). These files come from anywhere (`platonic align`): a
+    file that is not numeric features (corrupt, truncated, a forged .npy header, a pickle) is
+    a one-line ValueError naming it, raised before anything large is allocated."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such feature file")
+    try:
+        layers = _read_layers(path)
+    except Unreadable as e:
+        raise ValueError(f"{path}: {e}") from None
+    except _UNREADABLE as e:
+        raise ValueError(f"{path}: not a readable feature file ({_why(e)})") from None
+    for i, a in enumerate(layers):
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"{path}: layer {i} holds {a.dtype}, not numbers")
+    return layers
 
 
 def eval_captions(ingest_dir: Path) -> tuple[list[str], list[str]]:

@@ -26,11 +26,18 @@ import torch.nn.functional as F
 KNN_CHUNK = 4096  # rows of the similarity matrix held at once: memory O(chunk · N)
 
 
+def check_k(k: int, n: int) -> None:
+    """k nearest neighbours among n samples need 1 <= k < n (self is excluded)."""
+    if k < 1:
+        raise ValueError(f"k = {k}: the number of neighbours must be at least 1")
+    if n < k + 1:
+        raise ValueError(f"need at least k+1 = {k + 1} samples for {k}-NN, got {n}")
+
+
 def knn_indices(feats: torch.Tensor, k: int, backend: str = "dense") -> torch.Tensor:
     """(N, D) L2-normalised features -> (N, k) neighbour indices by inner product, self excluded."""
     n = feats.size(0)
-    if n < k + 1:
-        raise ValueError(f"need at least k+1 = {k + 1} samples for {k}-NN, got {n}")
+    check_k(k, n)
     if backend == "faiss":
         return _knn_faiss(feats, k)
     if backend != "dense":
@@ -281,8 +288,7 @@ def alignment(
     a, b = as_layers(feats_a), as_layers(feats_b)
     if a[0].size(0) != b[0].size(0):
         raise ValueError(f"sample counts differ: {a[0].size(0)} vs {b[0].size(0)}")
-    if a[0].size(0) < k + 1:
-        raise ValueError(f"need at least k+1 = {k + 1} samples for {k}-NN, got {a[0].size(0)}")
+    check_k(k, a[0].size(0))
     a, b = clamp_layers(a, clamp_q, clamp), clamp_layers(b, clamp_q, clamp)
     la = range(len(a)) if layers == "best" else [len(a) - 1]
     lb = range(len(b)) if layers == "best" else [len(b) - 1]

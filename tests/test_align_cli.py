@@ -35,7 +35,18 @@ def files(tmp_path):
     pq.write_table(pa.table({f"layer_{i}": list(x[i]) for i in range(3)}), tmp_path / "d.parquet")
     np.save(tmp_path / "nan.npy", np.full((120, 16), np.nan, np.float32))
     np.save(tmp_path / "short.npy", x[0, :50])
+    # files from anywhere: corrupt, forged, pickled
+    (tmp_path / "corrupt.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
+    with open(tmp_path / "huge.npy", "wb") as f:  # the header claims 36 TB, the file holds 64 bytes
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (3_000_000,) * 2})
+        f.write(b"\x00" * 64)
+    torch.save({"features": Pickled()}, tmp_path / "pickle.pt")
+    torch.save(torch.zeros(1).expand(200_000, 200_000), tmp_path / "expanded.pt")  # 160 GB view of 4 bytes
     return tmp_path
+
+
+class Pickled:
+    """Not a tensor: weights_only refuses to unpickle it."""
 
 
 def test_best_layer_pair_across_formats(files):
@@ -57,8 +68,16 @@ def test_best_layer_pair_across_formats(files):
         (("short.npy", "short.npy", "--k", "50"), "at least k+1"),
         (("a.npy", "missing.npy"), "no such feature file"),
         (("a.npy", "a.npy", "--metric", "svcca"), "unknown metric"),
+        (("a.npy", "a.npy", "--k", "0"), "k = 0"),
+        (("a.npy", "a.npy", "--k", "-3"), "k = -3"),
+        (("a.npy", "a.npy", "--k", "120"), "at least k+1"),
+        (("a.npy", "corrupt.pt"), "corrupt.pt: not a readable torch file"),
+        (("huge.npy", "a.npy"), "huge.npy: header declares shape (3000000, 3000000)"),
+        (("a.npy", "pickle.pt"), "pickle.pt: holds pickled Python objects"),
+        (("a.npy", "expanded.pt"), "expanded.pt: a tensor of shape (200000, 200000)"),
     ],
 )
 def test_errors_are_one_line_exit_2(files, args, needle):
     p = align(*[files / a if a.endswith(("npy", "npz", "pt", "parquet")) else a for a in args])
     assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("error: ") and not p.stdout, p.stdout

@@ -32,18 +32,47 @@ LONGER = [f"train.models.{m}.steps=150" for m in ("good", "bad", "ntp", "image")
 def stack(tmp_path_factory):
     folder = tmp_path_factory.mktemp("stack")
     st = local_stack.up(folder)
-    env = {**os.environ, **st.env(), "PLATONIC_REPO": str(REPO), "PREFECT_HOME": str(folder / "prefect-home")}
-    p = subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--name", "tiny"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    yield st, env, folder
-    local_stack.down(folder)
+    try:  # the servers go down even when the deploy fails
+        env = {**os.environ, **st.env(), "PLATONIC_REPO": str(REPO), "PREFECT_HOME": str(folder / "prefect-home")}
+        p = subprocess.run(
+            [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--name", "tiny"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        yield st, env, folder
+    finally:
+        local_stack.down(folder)
+
+
+def test_postgres_takes_only_the_generated_password(tmp_path):
+    """local_stack's PostgreSQL authenticates (scram-sha-256), never `trust`: without the
+    password a loopback client is refused; the password file is its owner's alone."""
+    st = local_stack.Stack(tmp_path, pg_port=local_stack.free_port())
+    try:
+        st.start_postgres()
+        assert st.pg_password_file.stat().st_mode & 0o777 == 0o600
+
+        def psql(password: str | None) -> subprocess.CompletedProcess:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+            cmd = [local_stack._bin("psql"), "-h", "127.0.0.1", "-p", str(st.pg_port), "-U", "postgres", "-w"]
+            return subprocess.run(
+                [*cmd, "-d", "mlflow", "-tAc", "SELECT 1"],
+                env={**env, **({"PGPASSWORD": password} if password is not None else {})},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        assert psql(None).returncode != 0
+        assert psql("wrong").returncode != 0
+        ok = psql(st.pg_password_file.read_text().strip())
+        assert ok.returncode == 0 and ok.stdout.strip() == "1", ok.stderr
+    finally:
+        local_stack.down(tmp_path)
 
 
 def prefect(env, *args, timeout=600) -> subprocess.CompletedProcess:
@@ -155,6 +184,17 @@ def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_
     )
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=local_stack.BUCKET).get("Contents", [])]
     assert any(k.endswith(f"{train['info']['run_id']}/artifacts/outputs/model.safetensors") for k in keys), keys[:5]
+
+
+def test_a_deployment_run_refuses_an_override_outside_the_allow_list(stack):
+    """Through the real API and worker: the flow knows it runs for a deployment and refuses a
+    set that would redirect tracking (docs/operations.md, what a deployment run accepts)."""
+    _, env, folder = stack
+    run_id = start_run(env, f"out_dir={folder / 'out-x'}", "services.mlflow_tracking_uri=http://127.0.0.1:9")
+    assert wait_state(env, run_id) == "FAILED"
+    r = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=10)
+    assert "services.mlflow_tracking_uri" in r.json()["state"]["message"], r.json()["state"]
+    assert not (folder / "out-x").exists()  # refused before anything ran
 
 
 def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack):

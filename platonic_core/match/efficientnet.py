@@ -125,11 +125,19 @@ def load_efficientnet_lite0(path: str | Path | None = None) -> EfficientNetLite0
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such EfficientNet-Lite0 weights file")
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
     else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        from ..features import load_torch_file
+
+        state = load_torch_file(path)
+    if not isinstance(state, dict) or "_fc.weight" not in state:
+        raise ValueError(f"{path}: not an EfficientNet-Lite0 state dict (no '_fc.weight' tensor)")
     model = EfficientNetLite0(num_classes=state["_fc.weight"].shape[0])
     try:
         model.load_state_dict(state, strict=True)

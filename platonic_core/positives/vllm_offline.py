@@ -4,15 +4,15 @@ vLLM pins torch and fastapi versions that conflict with Prefect and this project
 so it is never imported here. For each task of a shard the backend writes the requests
 (OpenAI chat messages, images as data URLs) to a JSONL file, launches
 `positives.vllm_python vllm_runner.py REQUESTS RESULTS CONFIG` (a separate interpreter:
-a venv's python, `conda run -n vllm python`, or a container wrapper script), and streams
-RESULTS back as the runner appends them batch by batch; each batch becomes a part file,
-so a kill loses at most the batches the runner finished after the last read.
+the python of a venv or conda environment, by path; the recipe validates that it is one,
+and it is started without a shell or arguments of its own), and streams RESULTS back as the
+runner appends them batch by batch; each batch becomes a part file, so a kill loses at most
+the batches the runner finished after the last read.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import tempfile
 import time
@@ -67,7 +67,7 @@ class VllmOfflineBackend:
             res.touch()
             log = open(d / "runner.log", "w")
             cmd = [
-                *shlex.split(self.cfg.vllm_python),
+                self.cfg.vllm_python,  # an interpreter (config.PositivesConfig), never a command line
                 str(RUNNER),
                 str(d / "requests.jsonl"),
                 str(res),
