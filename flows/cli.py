@@ -84,12 +84,13 @@ def _run(
     from platonic.core.stages import plan
 
     modes = plan(cfg, only, from_stage, force)  # validate stage names before anything starts
+    services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
+    services.use_local_server()  # before anything imports Prefect
     if only:  # its upstream must be cached: say so now, not after Prefect has started
         from .pipeline import require_cached
 
         require_cached(cfg, modes, f"build them first: {command}")
-    services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
-    services.choose_prefect_server()
+    services.tie_temporary_server()  # when no server was found
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()

@@ -53,16 +53,28 @@ def choose_prefect_server() -> str:
     server` on this machine (a warm rerun: no server start); else Prefect's temporary server,
     tied to this process so it stops with it even when the process is killed (SIGKILL,
     SIGTERM: no atexit runs) through a watchdog (platonic.flows.watchdog)."""
+    return use_local_server() or tie_temporary_server()
+
+
+def use_local_server() -> str | None:
+    """PREFECT_API_URL, or a running `platonic server`'s URL (then exported as PREFECT_API_URL);
+    None if neither. Call it before Prefect is imported: Prefect reads its settings once, at
+    import (the CLI imports Prefect only when a flow starts)."""
     if url := os.environ.get("PREFECT_API_URL"):
         return url
-    # Prefect reads its settings once, at import: the choice is made before (the CLI imports
-    # Prefect only when a flow starts)
     if "prefect" not in sys.modules and local_server_up():
         os.environ["PREFECT_API_URL"] = LOCAL_SERVER
         return LOCAL_SERVER
+    return None
+
+
+def tie_temporary_server() -> str:
+    """The API URL a Prefect profile sets, else "temporary": the temporary server Prefect will
+    start, with a watchdog on each of its processes. It imports Prefect's server module
+    (seconds), which the flow would import anyway."""
     from prefect.settings import PREFECT_API_URL
 
-    if url := PREFECT_API_URL.value():  # a Prefect profile's
+    if url := PREFECT_API_URL.value():
         return url
     _tie_temporary_server()
     return "temporary"
