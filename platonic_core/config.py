@@ -434,8 +434,13 @@ class ModelConfig(Section):
         return self
 
 
+# torch intra-op threads: a count, or `auto` (the CPUs this process may use: affinity mask and
+# cgroup quota; platonic_core/cpus.py). Not in any cache key.
+Threads = Annotated[int, Field(ge=1)] | Literal["auto"]
+
+
 class TrainConfig(Section):
-    threads: int = Field(2, ge=1)
+    threads: Threads = "auto"
     models: dict[str, ModelConfig]
 
     @model_validator(mode="after")
@@ -764,7 +769,7 @@ class CaptionConfig(Section):
     experiment: str = "caption"
     base: str | None = "demo"  # a pipeline recipe (path or packaged name); null: no pipeline
     set: list[str] = []  # overrides of the base recipe
-    threads: int = Field(1, ge=1)  # torch intra-op threads (not in any cache key)
+    threads: Threads = 1  # torch intra-op threads (not in any cache key)
     seeds: list[Seed] = Field([0, 1, 2], min_length=1)  # decoder init/order, pair subsets, pair-free starts
     confidence: float = Field(0.95, gt=0, lt=1)
     data: CaptionDataConfig = CaptionDataConfig()
@@ -1000,7 +1005,7 @@ class ClassMatchConfig(Section):
     # recipe already ran (its out_dir becomes this recipe's)
     base: str | None = None
     base_set: list[str] = []
-    threads: int = Field(1, ge=1)  # torch threads for feature extraction
+    threads: Threads = 1  # torch threads for feature extraction
     data: MatchDataConfig
     prompts: list[str] = Field(min_length=1)  # templates with {} for the class name, averaged per class
     image_model: MatchModelConfig

@@ -173,20 +173,21 @@ def views(call: StageCall):
 
 
 def train(call: StageCall):
-    import torch
-
+    from .cpus import AUTO, resolve_threads, set_torch_threads
     from .train import run_train, train_under_torchrun
 
     model = call.inst.model
     mcfg = call.cfg.train.models[model]
-    torch.set_num_threads(call.cfg.train.threads)
+    threads = set_torch_threads(call.cfg.train.threads)
+    if mcfg.nproc > 1 and call.cfg.train.threads == AUTO:  # the usable CPUs shared by the ranks
+        threads = max(1, resolve_threads(AUTO) // mcfg.nproc)
 
     def on_log(step, metrics):
         call.hooks.log_metrics({f"train/{k}": v for k, v in metrics.items()}, step)
 
     if mcfg.nproc > 1:
         summary = train_under_torchrun(
-            call.cfg.seed, call.cfg.train.threads, model, mcfg, call.input("data"), call.out, call.state_dir, on_log
+            call.cfg.seed, threads, model, mcfg, call.input("data"), call.out, call.state_dir, on_log
         )
     else:
         summary = run_train(
@@ -830,13 +831,13 @@ def match_data(call: StageCall):
 
 def match_image(call: StageCall):
     import numpy as np
-    import torch
 
+    from .cpus import set_torch_threads
     from .features import save_features
     from .match.data import load_images
     from .match.features import image_features
 
-    torch.set_num_threads(call.cfg.threads)
+    set_torch_threads(call.cfg.threads)
     images = load_images(call.input("data"))
     model = call.inputs["model"].path if "model" in call.inputs else None
     feats = image_features(call.cfg.image_model, images, not isinstance(images, np.ndarray), model)
@@ -846,12 +847,12 @@ def match_image(call: StageCall):
 
 def match_text(call: StageCall):
     import numpy as np
-    import torch
 
+    from .cpus import set_torch_threads
     from .match.data import load_labels
     from .match.features import text_class_features
 
-    torch.set_num_threads(call.cfg.threads)
+    set_torch_threads(call.cfg.threads)
     class_sets, _ = load_labels(call.input("data"))
     model = call.inputs["model"].path if "model" in call.inputs else None
     mcfg = call.cfg.text_models[call.inst.model]
@@ -981,9 +982,9 @@ MATCH_SPECS: dict[str, StageSpec] = {
 
 
 def _threads(call: StageCall) -> None:
-    import torch
+    from .cpus import set_torch_threads
 
-    torch.set_num_threads(call.cfg.threads)
+    set_torch_threads(call.cfg.threads)
 
 
 def _encoder_checkpoint(call: StageCall, enc) -> Path | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from ..cpus import AUTO, resolve_threads, set_torch_threads
 from .loop import rank_world, resolve_device, run_train
 
 if TYPE_CHECKING:
@@ -142,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.model not in cfg.train.models:
             ap.error(f"model {a.model!r} is not in the recipe (models: {', '.join(cfg.train.models)})")
         mcfg, seed, threads = cfg.train.models[a.model], cfg.seed, cfg.train.threads
-    torch.set_num_threads(threads)
+    if threads == AUTO:  # the ranks on this node share its usable CPUs
+        threads = max(1, resolve_threads(AUTO) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    set_torch_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         device = resolve_device(mcfg)
