@@ -37,11 +37,27 @@ from platonic.core.config import ConfigError, PipelineConfig, load_config
 
 from . import services
 
+EXAMPLES = """Examples:
+
+\b
+  platonic demo                                     the whole study on the synthetic world
+  platonic run configs/demo.yaml --set world.seed=1 another world; the rest from the cache
+  platonic run configs/demo.yaml --only evaluate    one stage on cached artifacts
+  platonic server                                   a Prefect server that reruns report to
+  platonic ablate configs/table7.yaml --quick       Table 7 over seeds, small
+  platonic lineage RUN_ID                           where a score came from
+  platonic stages                                   what each stage reads and writes
+
+From Python: `from platonic.flows.api import run; run("demo", sets=["world.seed=1"])`."""
+
+# plain help (not rich): flags read as flags, not `--json <bool>`
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Proving and improving the Platonic Representation Hypothesis with JEPAs.",
+    epilog=EXAMPLES,
 )
 
 
@@ -81,23 +97,12 @@ def _run(
 ) -> dict:
     """`command`: the user's command without --only (the error of an --only on an empty
     cache says to run it)."""
-    from platonic.core.stages import plan
+    from .api import run_config
 
-    modes = plan(cfg, only, from_stage, force)  # validate stage names before anything starts
-    services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
-    services.use_local_server()  # before anything imports Prefect
-    if only:  # its upstream must be cached: say so now, not after Prefect has started
-        from .pipeline import require_cached
-
-        require_cached(cfg, modes, f"build them first: {command}")
-    services.tie_temporary_server()  # when no server was found
-    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     with redirect:
-        from .pipeline import pipeline
-
-        results = pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=force or None)
+        results = run_config(cfg, only, from_stage, force, command)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
     else:
@@ -268,17 +273,11 @@ def ablate(
     as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
 ) -> None:
     """Run an ablation grid (rows: positives; columns: objectives; seeds) as one flow."""
-    from platonic.core.ablation import load_ablation
+    from .api import ablate as run_ablation
 
     with _reported_errors():
-        abl, cells = load_ablation(recipe, sets, base_sets, quick)
-        Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        services.embedded_defaults()
-        services.choose_prefect_server()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            from .ablate import ablate as ablate_flow
-
-            results = ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])
+            results = run_ablation(recipe, sets, base_sets, quick)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
         return

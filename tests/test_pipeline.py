@@ -191,3 +191,15 @@ def test_bad_config_is_one_line_exit_2(args, needle):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], p.stderr
+
+
+def test_python_api_runs_a_recipe_as_the_cli_does(first_run):
+    from platonic.core.contract import UpstreamNotCached
+    from platonic.flows.api import run
+
+    out, res = first_run
+    again = run(TINY, sets=[f"out_dir={out}"], only="evaluate")
+    assert again["models"]["good"]["mutual_knn"] == res["models"]["good"]["mutual_knn"]
+    assert stage_runs(again)["world"].data.tags["platonic.cache_hit"] == "true"
+    with pytest.raises(UpstreamNotCached, match="build them first: platonic run"):
+        run(TINY, sets=[f"out_dir={out / 'empty'}"], only="evaluate")

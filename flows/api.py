@@ -1,0 +1,77 @@
+"""Python entry points: what `platonic run` and `platonic ablate` do, from a script or a
+notebook, returning results.json as a dict.
+
+    from platonic.flows.api import run, ablate
+    res = run("demo", sets=["world.seed=1"])            # a recipe file or a packaged name
+    res["models"]["good"]["mutual_knn"]
+    res = run("demo", only="evaluate")                  # one stage on cached artifacts
+    grid = ablate("table7", quick=True)                 # grid["summary"], grid["output_dir"]
+
+Like the CLI, each call picks the Prefect server first (PREFECT_API_URL, else a running
+`platonic server`, else a temporary one that stops with the process) and turns Prefect's and
+MLflow's telemetry off unless the environment says otherwise. The flows themselves
+(`platonic.flows.pipeline.pipeline`, `platonic.flows.ablate.ablate`) take a validated
+recipe as a dict, for deployments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from platonic.core.config import PipelineConfig, load_config
+
+from . import services
+
+
+def run(
+    recipe: str | Path = "demo",
+    sets: Sequence[str] = (),
+    only: str | None = None,
+    from_stage: str | None = None,
+    force: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Run a pipeline recipe (its cached stages are not executed); returns results.json."""
+    return run_config(load_config(recipe, list(sets)), only, from_stage, force, f"platonic run {recipe}")
+
+
+def run_config(
+    cfg: PipelineConfig,
+    only: str | None = None,
+    from_stage: str | None = None,
+    force: Sequence[str] = (),
+    command: str = "platonic demo",
+) -> dict[str, Any]:
+    """`run` on a loaded recipe. `command`: what builds the cache, for the error an `only`
+    on an empty cache raises (UpstreamNotCached)."""
+    from platonic.core.stages import plan
+
+    modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts
+    services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
+    services.use_local_server()  # before anything imports Prefect
+    if only:  # its upstream must be cached: say so now, not after Prefect has started
+        from .pipeline import require_cached
+
+        require_cached(cfg, modes, f"build them first: {command}")
+    services.tie_temporary_server()  # when no server was found
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    from .pipeline import pipeline
+
+    return pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=list(force) or None)
+
+
+def ablate(
+    recipe: str | Path, sets: Sequence[str] = (), base_sets: Sequence[str] = (), quick: bool = False
+) -> dict[str, Any]:
+    """Run an ablation grid (`configs/table7.yaml`, a sweep, ...) as one flow; returns its
+    results (run ids, `summary`, `output_dir` with table.md and the plots)."""
+    from platonic.core.ablation import load_ablation
+
+    abl, cells = load_ablation(str(recipe), list(sets), list(base_sets), quick)
+    Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    services.embedded_defaults()
+    services.choose_prefect_server()
+    from .ablate import ablate as ablate_flow
+
+    return ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])
