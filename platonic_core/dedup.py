@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .data.catalog import duckdb_literal, sql
+from .progress import bar
 
 if TYPE_CHECKING:
     from .config import DedupConfig, EmbedMatchConfig, MatchConfig, NearConfig
@@ -238,12 +239,15 @@ def near_matches(con: duckdb.DuckDBPyConnection, cfg: NearConfig, stats: dict, f
     index = NearIndex(hasher, *ragged(ev["shingles"]))
     n = 0
     reader = con.sql("SELECT * FROM corpus_shingles WHERE len(shingles) > 0").to_arrow_reader(cfg.batch_rows)
+    texts_bar = bar(desc="dedup near", unit="text")  # no total: counting would shingle the corpus twice
     for batch in reader:
         n += batch.num_rows
+        texts_bar.update(batch.num_rows)
         found = list(index.match(*ragged(batch.column("shingles")), cfg.threshold))
         if found:
             c, q, j = (list(x) for x in zip(*found, strict=True))
             out.append(_pairs(ev.take(q), pa.Table.from_batches([batch]).take(c), "near", j))
+    texts_bar.close()
     stats["near_texts"] = n
     return pa.concat_tables(out)
 

@@ -32,9 +32,10 @@ ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "ce
 
 
 def world(call: StageCall):
+    from .progress import bar
     from .world import generate_world
 
-    return generate_world(call.cfg.world, call.out), {}
+    return generate_world(call.cfg.world, call.out, progress=bar), {}
 
 
 def ingest(call: StageCall):

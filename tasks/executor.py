@@ -285,7 +285,8 @@ def _execute_locked(
                 if p.is_file():
                     c.log_artifact(run_id, str(p), "outputs")
         c.set_terminated(run_id, "FINISHED")
-        log.info("%-14s done       %s in %.1fs %s", inst.id, manifest.digest[:12], stats["seconds"], counts)
+        shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in counts.items())
+        log.info("%-14s done       %s in %.1fs: %s", inst.id, manifest.digest[:12], stats["seconds"], shown)
         return manifest, False
     except BaseException:
         c.set_terminated(run_id, "FAILED")

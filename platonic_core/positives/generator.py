@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data.schema import QUARANTINE_SCHEMA, text_table
+from ..progress import bar
 
 if TYPE_CHECKING:
     from ..config import PositivesConfig
@@ -46,10 +47,13 @@ def generate_positives(
     image_ids = sorted({r["image_id"] for r in src})
     requested = 0
     jobs = [("recap", i) for i in range(cfg.recaptions)] + [("paraphrase", i) for i in range(cfg.paraphrases)]
+    total = sum(len(image_ids if task == "recap" else alts) for task, _ in jobs)
+    texts_bar = bar(desc="positives", unit="text", total=total)
     for task, index in jobs:
         params = json.dumps(gen.params(task), sort_keys=True)
         items = image_ids if task == "recap" else alts
         for s in range(0, len(items), batch):
+            texts_bar.update(min(batch, len(items) - s))
             chunk = items[s : s + batch]
             if task == "recap":
                 outs = gen.recaption(chunk, index)
@@ -84,6 +88,7 @@ def generate_positives(
                         "generator_params": params,
                     }
                 )
+    texts_bar.close()
     pq.write_table(text_table(rows), out / "texts.parquet")
     pq.write_table(pa.Table.from_pylist(failures, schema=QUARANTINE_SCHEMA), out / "failures.parquet")
     counts = {

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from safetensors.torch import save_model
-from tqdm.auto import tqdm
 
 from ..models import ImageEncoder, build_model, save_checkpoint
 from ..objectives import SIGReg, lejepa_loss, next_token_loss
+from ..progress import bar
 from ..tokenizer import DEFAULT_SPECIALS, load_tokenizer, special_ids
 from .checkpoint import latest_checkpoint, load_train_state, save_train_state
 from .data import ImageData, load_text_data, load_train_renders
@@ -201,15 +201,8 @@ def train_model(
     terms: dict[str, float] = {}
     t0 = time.perf_counter()
     t_log, samples_log, tokens_log = t0, start * cfg.batch_size, 0
-    bar = tqdm(
-        range(start, steps),
-        desc=desc,
-        unit="step",
-        disable=not show_progress or rank != 0,
-        leave=False,
-        mininterval=0.5,
-    )
-    for step in bar:
+    steps_bar = bar(range(start, steps), desc=desc, unit="step", disable=not show_progress or rank != 0)
+    for step in steps_bar:
         lr = lr_at(step, steps, cfg.optim)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -257,7 +250,7 @@ def train_model(
             dt = max(now - t_log, 1e-9)
             rate = {"samples_per_s": (done - samples_log) / dt, "tokens_per_s": tokens_log / dt}
             t_log, samples_log, tokens_log = now, done, 0
-            bar.set_postfix({k: f"{v:.3g}" for k, v in terms.items()}, refresh=False)
+            steps_bar.set_postfix({k: f"{v:.3g}" for k, v in terms.items()}, refresh=False)
             if on_log is not None and rank == 0:
                 on_log(step, {**terms, "lr": lr, "samples": done, **rate})
         if step + 1 in snaps and on_snapshot is not None and rank == 0:
@@ -267,7 +260,7 @@ def train_model(
                 save_train_state(state_dir, model, opt, sampler, step + 1, done)
             if world > 1:
                 dist.barrier()
-    bar.close()
+    steps_bar.close()
     model.eval()
     seconds = time.perf_counter() - t0
     ran = steps - start

@@ -1,0 +1,13 @@
+"""The one progress bar of long work (world, positives, dedup, training): tqdm on stderr,
+kept on screen when done (a finished stage's bar says how long it took and how fast)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tqdm.auto import tqdm
+
+
+def bar(iterable: Iterable | None = None, *, desc: str, unit: str, total: int | None = None, **kw: Any) -> tqdm:
+    return tqdm(iterable, desc=desc, unit=unit, total=total, leave=True, mininterval=0.5, dynamic_ncols=True, **kw)
