@@ -714,6 +714,25 @@ def server(
 
 
 @app.command()
+def export(
+    run_id: str = typer.Argument(..., help="the MLflow run of a train stage (train:good, train:ntp, ...)"),
+    dest: Path = typer.Argument(..., help="a new or empty folder"),
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the run's store lives"),
+) -> None:
+    """A trained text encoder as a Hugging Face folder: AutoModel/AutoTokenizer.from_pretrained(DEST)."""
+    services.embedded_defaults()
+    from platonic.core.export import export_pretrained
+    from platonic.tasks.lineage import LineageError, train_artifact
+
+    try:
+        folder, mcfg = train_artifact(run_id, out_dir)
+        info = export_pretrained(folder, mcfg, dest)
+    except (LineageError, ValueError) as e:
+        fail(str(e))
+    typer.echo(f"{dest}: {info['architecture']} ({info['kind']}, {info['views']} views) + tokenizer; see platonic.json")
+
+
+@app.command()
 def lineage(
     run_id: str = typer.Argument(..., help="an MLflow run id: a pipeline (parent) run or any stage run"),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),

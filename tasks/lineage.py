@@ -9,8 +9,12 @@ ablation's summary stage, a caption flow's report).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from mlflow.exceptions import MlflowException
+
+from platonic.core.artifacts import MANIFEST, ArtifactStore, Manifest
+from platonic.core.config import ModelConfig
 
 from . import tracking
 
@@ -115,3 +119,21 @@ def print_lineage(tree: dict) -> None:
     for u in tree.get("upstream", []):
         add(root, u)
     Console(width=160).print(root)
+
+
+def train_artifact(run_id: str, out_dir: str) -> tuple[Path, ModelConfig]:
+    """The train artifact a train stage run produced (or, for a cache hit, reused) in
+    out_dir's store, and the model config it was trained with (from its manifest)."""
+    c = tracking.client(out_dir)
+    try:
+        tags = c.get_run(run_id).data.tags
+    except MlflowException as e:
+        raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
+    instance = tags.get(tracking.INSTANCE_TAG, "")
+    if not instance.startswith("train:"):
+        raise LineageError(f"run {run_id} is not a train stage run (it is {instance or 'a flow run'})")
+    folder = ArtifactStore(Path(out_dir) / "artifacts").folder(instance, tags[tracking.CACHE_KEY_TAG])
+    if not (folder / MANIFEST).is_file():
+        raise LineageError(f"run {run_id}'s artifact is not in this store ({folder})")
+    manifest = Manifest.read(folder)
+    return folder, ModelConfig.model_validate(manifest.config[f"train.models.{instance.split(':', 1)[1]}"])

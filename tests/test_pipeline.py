@@ -203,3 +203,28 @@ def test_python_api_runs_a_recipe_as_the_cli_does(first_run):
     assert stage_runs(again)["world"].data.tags["platonic.cache_hit"] == "true"
     with pytest.raises(UpstreamNotCached, match="build them first: platonic run"):
         run(TINY, sets=[f"out_dir={out / 'empty'}"], only="evaluate")
+
+
+def test_export_writes_a_folder_automodel_reloads_with_identical_embeddings(first_run, tmp_path):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from platonic.core.config import load_config as load
+    from platonic.core.export import export_pretrained
+    from platonic.core.models import load_checkpoint
+    from platonic.core.models.pooling import masked_mean
+    from platonic.tasks.lineage import train_artifact
+
+    out, res = first_run
+    folder, mcfg = train_artifact(res["models"]["good"]["train_run_id"], str(out))
+    assert mcfg == load(TINY).train.models["good"]
+    export_pretrained(folder, mcfg, tmp_path / "hf")
+    model, tok = AutoModel.from_pretrained(tmp_path / "hf"), AutoTokenizer.from_pretrained(tmp_path / "hf")
+    batch = tok(["a small red circle", "two blue squares at the top"], padding=True, return_tensors="pt")
+    ours = load_checkpoint(folder, mcfg).layer_features(batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        theirs = model(**batch, output_hidden_states=True).hidden_states
+    for a, h in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, masked_mean(h, batch["attention_mask"]))
+    with pytest.raises(ValueError, match="not empty"):
+        export_pretrained(folder, mcfg, tmp_path / "hf")
