@@ -131,6 +131,9 @@ class StageSpec:
     # inputs of which the stage reads only some files: role -> those files. The key covers
     # only their digests, so a change elsewhere in the input (a world's alt-texts) is a hit.
     input_files: Callable[[Any, StageInstance], dict[str, tuple[str, ...]]] | None = None
+    # the artifact is this trained model (a ModelConfig; None: not one to publish): the
+    # tracker logs and registers it as a model, not only as files
+    model: Callable[[Any, StageInstance], Any] | None = None
 
 
 class ConfigView:

@@ -20,21 +20,16 @@ if TYPE_CHECKING:
     from .config import ModelConfig
 
 
-def export_pretrained(train_dir: Path, cfg: ModelConfig, dest: Path) -> dict[str, Any]:
-    """Write `dest` (created; must be new or empty); returns what platonic.json says."""
-    from safetensors.torch import save_file
+def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """(transformers model, tokenizer, platonic.json, extra tensor files) of a train artifact."""
     from transformers import PreTrainedTokenizerFast
 
     from .models import load_checkpoint
 
     if cfg.kind not in ("text_jepa", "causal_lm"):
         raise ValueError(f"a {cfg.kind} model is not a transformers model: only text encoders export")
-    dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise ValueError(f"{dest}: not empty; give a new or empty folder")
     model = load_checkpoint(Path(train_dir), cfg)
     net = model.bert if cfg.kind == "text_jepa" else model.lm
-    net.save_pretrained(dest)
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(Path(train_dir) / "tokenizer.json"),
         pad_token="[PAD]",
@@ -44,15 +39,35 @@ def export_pretrained(train_dir: Path, cfg: ModelConfig, dest: Path) -> dict[str
         mask_token="[MASK]",
         model_max_length=json.loads((Path(train_dir) / "model.json").read_text())["max_len"],
     )
-    tok.save_pretrained(dest)
     info = {
         "kind": cfg.kind,
         "views": cfg.views,
         "pooling": "masked mean over tokens of hidden_states[layer] (the evaluation takes the best layer)",
         "architecture": type(net).__name__,
     }
+    tensors = {}
     if cfg.kind == "text_jepa":
-        save_file({k: v.contiguous() for k, v in model.proj.state_dict().items()}, str(dest / "projector.safetensors"))
+        tensors["projector.safetensors"] = {k: v.contiguous() for k, v in model.proj.state_dict().items()}
         info["projector"] = "projector.safetensors (Linear-BN-GELU-Linear state dict; not part of the encoder)"
-    (dest / "platonic.json").write_text(json.dumps(info, indent=1))
+    return net, tok, info, tensors
+
+
+def write_extras(dest: Path, info: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """platonic.json and the tensors that are not part of the transformers model."""
+    from safetensors.torch import save_file
+
+    for name, state in tensors.items():
+        save_file(state, str(Path(dest) / name))
+    (Path(dest) / "platonic.json").write_text(json.dumps(info, indent=1))
+
+
+def export_pretrained(train_dir: Path, cfg: ModelConfig, dest: Path) -> dict[str, Any]:
+    """Write `dest` (created; must be new or empty); returns what platonic.json says."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise ValueError(f"{dest}: not empty; give a new or empty folder")
+    net, tok, info, tensors = pretrained_parts(train_dir, cfg)
+    net.save_pretrained(dest)
+    tok.save_pretrained(dest)
+    write_extras(dest, info, tensors)
     return info

@@ -383,6 +383,7 @@ SPECS: dict[str, StageSpec] = {
             "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>",
             inputs=lambda cfg, i: {"data": _data_of(cfg, i.model)},
             input_files=_render_files("data"),
+            model=lambda cfg, i: cfg.train.models[i.model] if cfg.train.models[i.model].kind != "image_jepa" else None,
             uses=("train.threads",),
             log_files=("model.safetensors", "model.json", "tokenizer.json"),
             state="until_commit",

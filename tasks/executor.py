@@ -284,6 +284,12 @@ def _execute_locked(
             for p in sorted(manifest.path.glob(name)):
                 if p.is_file():
                     c.log_artifact(run_id, str(p), "outputs")
+        if spec.model is not None and (mcfg := spec.model(cfg, inst)) is not None:
+            name = f"{getattr(cfg, 'name', 'platonic')}-{inst.model}"  # registered: demo-good, one version per run
+            try:
+                tracking.log_trained_model(c, run_id, ctx.experiment_id, manifest.path, mcfg, name)
+            except Exception as e:  # the artifact is committed and sound: a tracking failure must not fail it
+                log.warning("%-14s not logged as an MLflow model: %s: %s", inst.id, type(e).__name__, e)
         c.set_terminated(run_id, "FINISHED")
         shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in counts.items())
         log.info("%-14s done       %s in %.1fs: %s", inst.id, manifest.digest[:12], stats["seconds"], shown)

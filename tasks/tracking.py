@@ -22,6 +22,7 @@ from typing import Any
 
 from filelock import FileLock
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 # tag names, once (MLflow's own, then ours)
@@ -233,3 +234,48 @@ def git_commit() -> str | None:
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def log_trained_model(
+    c: MlflowClient, run_id: str, experiment_id: str, train_dir: Path, mcfg: Any, registered_name: str
+) -> str:
+    """A trained text encoder as an MLflow model: the transformers flavor (save_pretrained
+    model + tokenizer; `mlflow.transformers.load_model`, or AutoModel on its `model/` folder),
+    plus platonic.json and the projector, logged from its train run and registered under
+    `registered_name` (one version per run). Returns the logged model's id."""
+    import mlflow.transformers
+    from mlflow.entities import LoggedModelInput, LoggedModelStatus
+
+    from platonic.core.export import pretrained_parts, write_extras
+
+    net, tok, info, tensors = pretrained_parts(train_dir, mcfg)
+    logged = c.create_logged_model(
+        experiment_id,
+        name=registered_name,
+        source_run_id=run_id,
+        params={"kind": mcfg.kind, "views": mcfg.views, "architecture": info["architecture"]},
+    )
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "model"
+            mlflow.transformers.save_model(
+                transformers_model={"model": net, "tokenizer": tok},
+                path=str(folder),
+                task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
+                pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
+            )
+            write_extras(folder, info, tensors)
+            c.log_model_artifacts(logged.model_id, str(folder))
+        c.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    except Exception:
+        c.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+        raise
+    c.log_inputs(run_id, models=[LoggedModelInput(logged.model_id)])
+    try:
+        c.create_registered_model(registered_name)
+    except MlflowException as e:  # registered by an earlier run
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    logged = c.get_logged_model(logged.model_id)
+    c.create_model_version(registered_name, logged.artifact_location, run_id=run_id, model_id=logged.model_id)
+    return logged.model_id

@@ -228,3 +228,21 @@ def test_export_writes_a_folder_automodel_reloads_with_identical_embeddings(firs
         torch.testing.assert_close(a, masked_mean(h, batch["attention_mask"]))
     with pytest.raises(ValueError, match="not empty"):
         export_pretrained(folder, mcfg, tmp_path / "hf")
+
+
+def test_trained_text_encoders_are_logged_and_registered_mlflow_models(first_run):
+    from transformers import AutoModel
+
+    out, res = first_run
+    c = MlflowClient(res["tracking_uri"])
+    exp = c.get_run(res["run_id"]).info.experiment_id
+    logged = {m.name: m for m in c.search_logged_models([exp])}
+    assert set(logged) == {"tiny-good", "tiny-ntp", "tiny-bad"}  # text models; the image encoder is not one
+    for name, m in logged.items():
+        train_run = res["models"][name.removeprefix("tiny-")]["train_run_id"]
+        assert m.source_run_id == train_run and m.status.to_proto() == 2  # READY
+        (version,) = c.search_model_versions(f"name = '{name}'")
+        assert version.run_id == train_run and m.model_id in version.source
+    folder = Path(c.get_logged_model(logged["tiny-good"].model_id).artifact_location.removeprefix("file://"))
+    assert (folder / "MLmodel").is_file() and "transformers" in (folder / "MLmodel").read_text()
+    assert type(AutoModel.from_pretrained(folder / "model")).__name__ == "BertModel"
