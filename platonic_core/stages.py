@@ -103,6 +103,12 @@ def positives(call: StageCall):
     from .positives.images import image_source, input_shards
 
     pc, ingest_dir = call.cfg.positives, call.input("ingest")
+    # what generated the texts (the params hold every positives field, prompts included, which
+    # the world backend does not read): the backend and, for a model backend, its models
+    generator = {"platonic.generator": pc.backend}
+    if pc.backend != "world":
+        generator |= {f"platonic.{t}_model": getattr(pc.models, t).id for t in ("recaption", "paraphrase")}
+    call.hooks.set_tags(generator)
     if pc.backend == "world":
         gen = WorldGenerator(call.input("world"), call.cfg.world, seed=pc.seed)
         return generate_positives(ingest_dir / "corpus.parquet", gen, pc, call.out), {}

@@ -207,6 +207,7 @@ def _execute_locked(
     work = store.in_place(folder, inst.id) if folder is not None and (hit is None or mode == FORCE) else None
     upstream_keys = {n: m.cache_key for n, m in inputs.items()}
     upstream_runs = {n: m.producer_run_id for n, m in inputs.items()}
+    links = ", ".join(f"{n} {tracking.run_link(ctx.experiment_id, r)}" for n, r in upstream_runs.items() if r)
     tags = {
         tracking.PARENT_TAG: ctx.parent_run_id,
         tracking.STAGE_TAG: inst.stage,
@@ -215,6 +216,7 @@ def _execute_locked(
         tracking.CACHE_KEY_TAG: key,
         tracking.UPSTREAM_TAG: json.dumps(upstream_keys),
         tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
+        tracking.NOTE_TAG: f"Inputs: {links or 'none'}",  # the run's description: links the UI follows
         **tracking.owner_tags(),  # whose process it is: a run it leaves RUNNING when killed is swept
     }
     if hit is not None and mode != FORCE:
@@ -223,7 +225,14 @@ def _execute_locked(
         log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
         hit_tags = {tracking.CACHE_HIT_TAG: "true", tracking.PRODUCER_TAG: hit.producer_run_id}
         run_id = c.create_run(
-            ctx.experiment_id, run_name=inst.id, tags={**tags, **hit_tags, tracking.DIGEST_TAG: hit.digest}
+            ctx.experiment_id,
+            run_name=inst.id,
+            tags={
+                **tags,
+                **hit_tags,
+                tracking.DIGEST_TAG: tracking.mlflow_digest(hit.digest),
+                tracking.NOTE_TAG: f"Cache hit of run {tracking.run_link(ctx.experiment_id, hit.producer_run_id)}.",
+            },
         ).info.run_id
         c.set_terminated(run_id, "FINISHED")
         return hit, True
@@ -276,7 +285,11 @@ def _execute_locked(
         tracking.set_tags(
             c,
             run_id,
-            {tracking.CACHE_HIT_TAG: "false", tracking.PRODUCER_TAG: run_id, tracking.DIGEST_TAG: manifest.digest},
+            {
+                tracking.CACHE_HIT_TAG: "false",
+                tracking.PRODUCER_TAG: run_id,
+                tracking.DIGEST_TAG: tracking.mlflow_digest(manifest.digest),
+            },
         )
         tracking.log_metrics(c, run_id, {**counts, **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})
         tracking.log_text(c, run_id, manifest.to_json(), "manifest.json")

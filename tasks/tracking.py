@@ -38,7 +38,8 @@ STAGE_VERSION_TAG = "platonic.stage_version"
 CACHE_KEY_TAG = "platonic.cache_key"
 CACHE_HIT_TAG = "platonic.cache_hit"
 PRODUCER_TAG = "platonic.producer_run_id"
-DIGEST_TAG = "platonic.digest"
+DIGEST_TAG = "platonic.digest"  # mlflow_digest of the artifact
+NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI (markdown)
 UPSTREAM_TAG = "platonic.upstream"  # input -> its cache key (JSON)
 UPSTREAM_RUNS_TAG = "platonic.upstream_runs"  # input -> the run that produced it (JSON)
 # the process that owns a run while it is RUNNING: a later run on the same host marks the
@@ -153,11 +154,23 @@ def set_tags(c: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
+def mlflow_digest(digest: str) -> str:
+    """An artifact digest as MLflow holds it: a dataset digest takes 36 characters, so every
+    digest MLflow sees (dataset inputs, the `platonic.digest` tag) is the sha256's first 36
+    hex digits, and `tags.platonic.digest = '<a dataset's digest>'` finds its producer."""
+    return digest[:36]
+
+
+def run_link(experiment_id: str, run_id: str) -> str:
+    """A markdown link to a run that the MLflow UI follows (in a run's description)."""
+    return f"[{run_id[:8]}](#/experiments/{experiment_id}/runs/{run_id})"
+
+
 def log_input(c: MlflowClient, run_id: str, name: str, digest: str, uri: str, schema: dict, counts: dict) -> None:
     """An upstream artifact as an MLflow dataset input: searchable by `datasets.digest`."""
     ds = Dataset(
         name=name,
-        digest=digest[:36],
+        digest=mlflow_digest(digest),
         source_type="local" if "://" not in uri else uri.split("://")[0],
         source=json.dumps({"uri": uri}),
         schema=json.dumps(schema)[:60000],

@@ -88,6 +88,14 @@ def test_full_run_writes_results_and_lineage(first_run):
     c = MlflowClient(res["tracking_uri"])
     readers = c.search_runs([train_good.info.experiment_id], filter_string=f"datasets.digest = '{digests['views']}'")
     assert {r.data.tags["platonic.stage_instance"] for r in readers} == {"train:good", "train:ntp", "train:bad"}
+    # ...and its producer, by the same digest (one length everywhere MLflow sees one)
+    (producer,) = c.search_runs(
+        [train_good.info.experiment_id], filter_string=f"tags.`platonic.digest` = '{digests['views']}'"
+    )
+    assert producer.info.run_id == res["stages"]["views"]["run_id"]
+    # each stage run's description links its inputs' runs (clickable in the MLflow UI)
+    note = train_good.data.tags["mlflow.note.content"]
+    assert f"#/experiments/{train_good.info.experiment_id}/runs/{res['stages']['views']['run_id']}" in note
     # checkpoints are safetensors, logged to MLflow
     assert "outputs/model.safetensors" in [f.path for f in c.list_artifacts(train_good.info.run_id, "outputs")]
     # lineage walks from the evaluation back to the world
