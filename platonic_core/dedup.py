@@ -297,6 +297,8 @@ def embed_matches(con: duckdb.DuckDBPyConnection, cfg: EmbedMatchConfig, stats: 
     if ev.num_rows == 0:
         return out[0]
     e = encode(ev["eval_text"].to_pylist(), tok, model, cfg.batch_size, cfg.max_length)
+    # on CPU even with faiss-gpu: GPU flat indexes have no range_search (a threshold query);
+    # the eval side is small (thousands of captions), the corpus is streamed against it
     index = faiss.IndexFlatIP(e.shape[1])
     index.add(e)
     n = 0

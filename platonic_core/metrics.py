@@ -56,9 +56,12 @@ def _knn_faiss(feats: torch.Tensor, k: int) -> torch.Tensor:
     try:
         import faiss
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("the faiss backend needs faiss-cpu: pip install faiss-cpu") from e
+        raise ImportError("the faiss backend needs faiss: pip install faiss-cpu (or faiss-gpu-cu12 with CUDA)") from e
     x = np.ascontiguousarray(feats.numpy().astype(np.float32))
     index = faiss.IndexFlatIP(x.shape[1])
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        # faiss-gpu (the same package API): the exact index on GPU 0, same results
+        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     index.add(x)
     _, idx = index.search(x, k + 1)  # (N, k+1)
     n = x.shape[0]
