@@ -72,6 +72,7 @@ class RunContext:
     # instances already resolved in this flow run, by cache key: a grid whose cells share a
     # stage (the ablation's world, views, image model) logs it once, not once per cell
     resolved: dict[tuple[str, str], Manifest] = field(default_factory=dict)
+    cache_hits: set[tuple[str, str]] = field(default_factory=set)  # which of them came from the cache
 
     @property
     def store(self) -> ArtifactStore:
@@ -115,32 +116,23 @@ def execute(
     `folder`: the artifact lives there instead of the store, and compute works in it in
     place (a resumable stage keeps what an earlier run finished). An artifact whose counts
     report failed shards is incomplete: never a cache hit, so a rerun retries them."""
-    return _execute(inst, cfg, inputs, mode, ctx, roles, context, folder)[0]
-
-
-def _execute(
-    inst: StageInstance,
-    cfg: Any,
-    inputs: dict[str, Manifest],
-    mode: str,
-    ctx: RunContext,
-    roles: dict[str, str] | None = None,
-    context: dict[str, Any] | None = None,
-    folder: Path | None = None,
-) -> tuple[Manifest, bool]:
-    """`execute`, and whether the manifest came from the cache."""
     spec = spec_of(inst)
     roles = roles or {n: n for n in inputs}
     key = cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, inputs, roles))
     if mode != FORCE and (key, inst.id) in ctx.resolved:
-        return ctx.resolved[(key, inst.id)], True
+        ctx.cache_hits.add((key, inst.id))
+        return ctx.resolved[(key, inst.id)]
     with _exclusive(ctx.store, inst, key):
         manifest, cached = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
     ctx.resolved[(key, inst.id)] = manifest
+    if cached:
+        ctx.cache_hits.add((key, inst.id))
+    else:  # executed now (a forced rerun of what was a hit earlier in this flow run included)
+        ctx.cache_hits.discard((key, inst.id))
     state = state_dir(spec, inst, ctx, key)
     if spec.state == "until_commit":
         _remove_state(state)
-    return manifest, cached
+    return manifest
 
 
 def _remove_state(state: Path) -> None:
@@ -312,11 +304,13 @@ def _execute_locked(
         raise
 
 
-def _stage_task_body(*args: Any, **kw: Any) -> Manifest | State:
+def _stage_task_body(inst: StageInstance, cfg: Any, inputs: dict, mode: str, ctx: RunContext, **kw: Any):
     """A stage as a Prefect task: a cache hit ends in a Completed state named Cached, so the
     Prefect UI shows what was reused."""
-    manifest, cached = _execute(*args, **kw)
-    return Completed(data=manifest, name="Cached", message="platonic cache hit") if cached else manifest
+    manifest = execute(inst, cfg, inputs, mode, ctx, **kw)
+    if (manifest.cache_key, inst.id) in ctx.cache_hits:
+        return Completed(data=manifest, name="Cached", message="platonic cache hit")
+    return manifest
 
 
 # one Prefect task for every stage; each call is named after its instance (`train:good`).
