@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_corpus import _tar  # one tar writer for the reader tests
 
 from platonic.core.config import IngestConfig
 from platonic.core.data.catalog import open_catalog
@@ -40,14 +41,6 @@ def rows(out: Path, view: str, cols: str) -> list[tuple]:
         return con.execute(f"SELECT {cols} FROM {view} ORDER BY shard, source_row").fetchall()
     finally:
         con.close()
-
-
-def tar(path: Path, members: list[tuple[str, bytes]]) -> None:
-    with tarfile.open(path, "w") as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
@@ -207,7 +200,7 @@ def test_text_member_limit_counts_characters_not_bytes(tmp_path):
     max_text_chars 4-byte characters is kept; one character more is over long, whether it
     is decided on the bytes read or on the prefix."""
     clef = "\U0001d11e"  # 4 bytes in UTF-8
-    tar(
+    _tar(
         tmp_path / "t.tar",
         [
             ("k0.txt", (clef * 8).encode()),  # 32 bytes, 8 characters: at the limit, kept
@@ -301,7 +294,7 @@ def test_control_characters_are_quarantined_by_every_reader(tmp_path):
         pa.table({"key": ["r0", "r1"], "org_caption": [NUL_CAPTION, "fine"], "re_caption": ["ok", "bell\x07"]}),
         tmp_path / "recap.parquet",
     )
-    tar(
+    _tar(
         tmp_path / "w.tar",
         [("w0.txt", NUL_CAPTION.encode()), ("w1.json", json.dumps({"caption": "esc\x1b[31m red"}).encode())],
     )
