@@ -91,7 +91,24 @@ def publish(ctx: RunContext, results: dict[str, Any], files: dict[str, Path]) ->
             ctx.client.log_artifact(ctx.parent_run_id, str(out / name))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     ctx.client.log_artifact(ctx.parent_run_id, str(out / "results.json"))
+    if (out / "table.md").is_file():
+        _prefect_artifact(ctx, (out / "table.md").read_text(), out)
     return out
+
+
+def _prefect_artifact(ctx: RunContext, table_md: str, out: Path) -> None:
+    """The flow's table as a Prefect markdown artifact of its flow run (the Prefect UI shows
+    the numbers beside the run), with where the files and the MLflow run are."""
+    from prefect import runtime
+    from prefect.artifacts import create_markdown_artifact
+
+    if not runtime.flow_run.id:  # a command outside a flow (ingest, audit)
+        return
+    create_markdown_artifact(
+        markdown=f"{table_md}\n\nOutputs: `{out}` · MLflow run `{ctx.parent_run_id}` ({ctx.tracking_uri})",
+        key="results",
+        description="the flow run's results table (table.md)",
+    )
 
 
 def run_header(ctx: RunContext, experiment: str) -> dict[str, Any]:

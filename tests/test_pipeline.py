@@ -128,11 +128,19 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     flow_run_id = MlflowClient(again["tracking_uri"]).get_run(again["run_id"]).data.tags["prefect.flow_run_id"]
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
     with get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(flow_run_id)
         task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
     assert flow_run.name.startswith("tiny-")
     assert {t.name: t.state.name for t in task_runs} == {name: "Cached" for name in runs}
+    # ...and publishes the results table on the flow run
+    (table,) = [a for a in artifacts if a.key == "results"]
+    assert table.type == "markdown" and "mutual" in table.data
     # lineage of a rerun reads each hit's config and inputs from its producer
     from platonic.tasks.lineage import trace
 
