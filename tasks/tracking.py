@@ -80,7 +80,32 @@ def _open_store(uri: str) -> None:
     with FileLock(f"{db}.lock"):
         if db.is_file():
             _finish_interrupted_migration(uri, db)
+            _relocate(db)
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates the store
+
+
+def _relocate(db: Path) -> None:
+    """An out_dir copied or moved elsewhere: the store's artifact locations (experiments,
+    runs, logged models) still name the old out_dir's `mlartifacts`. Point those under it at
+    this out_dir's, so new artifacts land in the copy and old ones are read from it."""
+    here = (db.parent / "mlartifacts").as_uri()
+    with closing(sqlite3.connect(db)) as con, con:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        if "experiments" not in tables:
+            return
+        old = {
+            loc.split("/mlartifacts")[0] + "/mlartifacts"
+            for (loc,) in con.execute("select artifact_location from experiments")
+            if loc and loc.startswith("file://") and "/mlartifacts" in loc
+        } - {here}
+        columns = {"experiments": "artifact_location", "runs": "artifact_uri", "logged_models": "artifact_location"}
+        for prefix in old:
+            for table, col in columns.items():
+                if table in tables:
+                    con.execute(
+                        f"update {table} set {col} = ? || substr({col}, ?) where substr({col}, 1, ?) = ?",
+                        (here, len(prefix) + 1, len(prefix), prefix),
+                    )
 
 
 def _finish_interrupted_migration(uri: str, db: Path) -> None:

@@ -110,6 +110,10 @@ def test_copied_out_dir_reads_its_own_files(reference, tmp_path):
     again = run_flow(dst)
     assert executed(again) == set()
     assert scores(again) == scores(reference)
+    # MLflow's artifact locations moved with it: the rerun's results are logged into the copy
+    c = MlflowClient(again["tracking_uri"])
+    assert c.get_run(again["run_id"]).info.artifact_uri.startswith((dst / "mlartifacts").resolve().as_uri())
+    assert not list((src / "mlartifacts").rglob(f"*{again['run_id']}*"))
 
 
 def _cli_run(out: Path) -> subprocess.Popen:
