@@ -109,7 +109,7 @@ def require_cached(cfg: PipelineConfig, modes: dict[str, str], rebuild: str) -> 
     """Raise UpstreamNotCached, naming them, if stages the plan takes from the cache (`--only
     S`'s upstream) are not there: before a parent run opens (and, from the CLI, before
     Prefect starts). `rebuild`: what to do about it, the message's end."""
-    store = ArtifactStore(Path(cfg.out_dir).resolve() / "artifacts")  # the executor's RunContext.store
+    store = ArtifactStore.of(cfg.out_dir)
     missing = uncached(cfg, modes, store)
     if missing:
         selected = ", ".join(i for i, m in modes.items() if m == FORCE)

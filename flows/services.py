@@ -70,19 +70,12 @@ def use_local_server() -> str | None:
 
 def tie_temporary_server() -> str:
     """The API URL a Prefect profile sets, else "temporary": the temporary server Prefect will
-    start, with a watchdog on each of its processes. It imports Prefect's server module
+    start, each of its processes under a watchdog. It imports Prefect's server module
     (seconds), which the flow would import anyway."""
     from prefect.settings import PREFECT_API_URL
 
     if url := PREFECT_API_URL.value():
         return url
-    _tie_temporary_server()
-    return "temporary"
-
-
-def _tie_temporary_server() -> None:
-    """Each process of Prefect's temporary server (if this process starts one) gets a
-    watchdog. It imports Prefect's server module (seconds), which the flow would import."""
     from prefect.server.api.server import SubprocessASGIServer
 
     from .watchdog import watch
@@ -108,6 +101,7 @@ def _tie_temporary_server() -> None:
             self.watchdogs.clear()
 
     TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
+    return "temporary"
 
 
 def apply(services: ServicesConfig) -> dict[str, str]:

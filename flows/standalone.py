@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from platonic.core.artifacts import Manifest
+from platonic.core.artifacts import ArtifactStore, Manifest
 from platonic.core.config import AuditConfig, PipelineConfig
 from platonic.core.contract import IncompleteArtifact, StageInstance
 from platonic.core.stages import FORCE, RUN, audit_inputs, corpus_source
@@ -87,7 +87,7 @@ def latest_ingest(out_dir: str) -> Path:
     """The most recent ingest output: artifacts in the store, or the folder the last
     `platonic ingest --out DIR` wrote (noted in the store)."""
     found = []
-    root = Path(out_dir) / "artifacts" / "ingest"
+    root = ArtifactStore.of(out_dir).root / "ingest"
     pointer = root / LATEST_INGEST
     outside = [Path(pointer.read_text().strip()) / "manifest.json"] if pointer.is_file() else []
     for mf in [*root.glob("*/manifest.json"), *outside]:

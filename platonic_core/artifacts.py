@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from .processes import pid_alive
+
 MANIFEST = "manifest.json"
 # written first into a folder of the user's choosing that a stage works in (`in_place`): the
 # folder is the tool's; holds the stage instance's name; not content (outside the digest)
@@ -61,8 +63,7 @@ class Manifest:
     def files_digest(self, names: tuple[str, ...]) -> str:
         """One digest of some of the artifact's files: what a stage that reads only those
         is keyed on. Manifests written before per-file digests were kept hash the files."""
-        digests = {n: self.files[n] if n in self.files else file_digest(self.path / n) for n in sorted(names)}
-        return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+        return combined_digest({n: self.files[n] if n in self.files else file_digest(self.path / n) for n in names})
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)
@@ -178,16 +179,6 @@ def describe_schema(folder: Path) -> dict[str, Any]:
 _HOST = socket.gethostname().replace("-", "_")  # `-` separates the pid in a staging name
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
 class ForeignFolderError(ValueError):
     """A folder the tool was told to write in holds files it did not write: refused, and
     nothing there is touched. The message is one line naming the folder and what is there."""
@@ -213,6 +204,11 @@ class ArtifactStore:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
 
+    @classmethod
+    def of(cls, out_dir: str | Path) -> ArtifactStore:
+        """The store of a recipe's out_dir (`<out_dir>/artifacts`)."""
+        return cls(Path(out_dir) / "artifacts")
+
     def folder(self, stage: str, cache_key: str) -> Path:
         return self.root / stage.replace(":", "/") / cache_key
 
@@ -230,7 +226,7 @@ class ArtifactStore:
         if tmp.parent.is_dir():
             for stale in tmp.parent.glob(f".*.tmp-{_HOST}-*"):
                 pid = stale.name.rsplit("-", 1)[1]
-                if stale != tmp and pid.isdigit() and not _alive(int(pid)):
+                if stale != tmp and pid.isdigit() and not pid_alive(int(pid)):
                     shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -268,12 +264,7 @@ class ArtifactStore:
                     "give a new or empty folder"
                 )
             if m is not None and m.files:
-                known = set(m.files) | {MANIFEST, OWNER_MARK}
-                stray = [
-                    p
-                    for p in folder.rglob("*")
-                    if p.is_file() and str(p.relative_to(folder)) not in known and p.suffix not in DERIVED_SUFFIXES
-                ]
+                stray = [p for p in content_files(folder) if str(p.relative_to(folder)) not in m.files]
                 if stray:
                     raise ForeignFolderError(
                         f"{folder}: holds files {stage} did not write ({listing(stray, folder)}); "

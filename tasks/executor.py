@@ -76,7 +76,7 @@ class RunContext:
 
     @property
     def store(self) -> ArtifactStore:
-        return ArtifactStore(self.out_dir / "artifacts")
+        return ArtifactStore.of(self.out_dir)
 
     @property
     def client(self) -> MlflowClient:
@@ -215,13 +215,13 @@ def _execute_locked(
         # a hit stays visible but light: a finished child whose tags name the producer run,
         # which holds the params, inputs, metrics and manifest (lineage reads them there)
         log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
-        hit_tags = {tracking.CACHE_HIT_TAG: "true", tracking.PRODUCER_TAG: hit.producer_run_id}
         run_id = c.create_run(
             ctx.experiment_id,
             run_name=inst.id,
             tags={
                 **tags,
-                **hit_tags,
+                tracking.CACHE_HIT_TAG: "true",
+                tracking.PRODUCER_TAG: hit.producer_run_id,
                 tracking.DIGEST_TAG: tracking.mlflow_digest(hit.digest),
                 tracking.NOTE_TAG: f"Cache hit of run {tracking.run_link(ctx.experiment_id, hit.producer_run_id)}.",
             },

@@ -132,7 +132,7 @@ def train_artifact(run_id: str, out_dir: str) -> tuple[Path, ModelConfig]:
     instance = tags.get(tracking.INSTANCE_TAG, "")
     if not instance.startswith("train:"):
         raise LineageError(f"run {run_id} is not a train stage run (it is {instance or 'a flow run'})")
-    folder = ArtifactStore(Path(out_dir) / "artifacts").folder(instance, tags[tracking.CACHE_KEY_TAG])
+    folder = ArtifactStore.of(out_dir).folder(instance, tags[tracking.CACHE_KEY_TAG])
     if not (folder / MANIFEST).is_file():
         raise LineageError(f"run {run_id}'s artifact is not in this store ({folder})")
     manifest = Manifest.read(folder)

@@ -34,6 +34,11 @@ def recipe_run_name() -> str:
         if isinstance(value, str) and value:
             name = Path(value).stem
             break
+    return stamped(name)
+
+
+def stamped(name: str) -> str:
+    """A run's name: what ran and when (`demo-20261204-014500`)."""
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -67,7 +72,7 @@ def parent_run(
     if commit := tracking.git_commit():
         tags[tracking.GIT_COMMIT_TAG] = commit
     # the flow run's name (recipe_run_name) when in a flow: Prefect and MLflow name it alike
-    run_name = runtime.flow_run.name or f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_name = runtime.flow_run.name or stamped(name)
     run_id = c.create_run(exp, run_name=run_name, tags=tags).info.run_id
     try:
         tracking.log_text(c, run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")

@@ -25,6 +25,8 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from platonic.core.processes import pid_alive
+
 # tag names, once (MLflow's own, then ours)
 PARENT_TAG = "mlflow.parentRunId"
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -231,12 +233,8 @@ def _process_start(pid: int) -> str | None:
 def _owner_alive(tags: dict[str, str]) -> bool:
     """Whether the process named by a run's owner tags (on this host) is still running."""
     pid = int(tags[PID_TAG])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
-    except PermissionError:  # another user's process: alive
-        pass
     start = tags.get(PID_START_TAG)
     return start is None or _process_start(pid) in (start, None)
 
