@@ -13,38 +13,43 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .data.schema import TEXT_SCHEMA
 from .tokenizer import build_tokenizer
 
 if TYPE_CHECKING:
     from .config import ViewsConfig
 
+# the files' column types, fixed (polars hands out large strings): texts.parquet keeps the text
+# schema's, good_views.parquet has plain lists, as they always had (the pinned digests hash them)
+TEXTS_SCHEMA = pa.schema([TEXT_SCHEMA.field(c) for c in ("image_id", "text_id", "source_kind", "text")])
+GOOD_VIEWS_SCHEMA = pa.schema([("image_id", pa.string()), ("texts", pa.list_(pa.string()))])
+
 
 def build_views(texts: Path, cfg: ViewsConfig, out: Path) -> dict[str, int]:
-    t = pq.read_table(texts, columns=["image_id", "text_id", "source_kind", "text"]).to_pylist()
-    kinds = {r["source_kind"] for r in t}
+    t = pl.from_arrow(pq.read_table(texts, columns=TEXTS_SCHEMA.names))
+    kinds = set(t["source_kind"])
     for k in {*cfg.good_sources, *cfg.text_sources} - kinds:
         raise ValueError(f"views: source kind {k!r} is not in the corpus (kinds: {sorted(kinds)})")
-    groups: dict[str, list[str]] = {}
-    for r in t:
-        if r["source_kind"] in cfg.good_sources:
-            groups.setdefault(r["image_id"], []).append(r["text"])
-    good = [(i, g) for i, g in sorted(groups.items()) if len(g) >= cfg.n_views]
+    # each image's good-kind texts in corpus order (a group keeps its rows' order), images by id
+    good_kind = pl.col("source_kind").is_in(cfg.good_sources)
+    groups = t.filter(good_kind).group_by("image_id").agg(texts="text").sort("image_id")
+    good = groups.filter(pl.col("texts").list.len() >= cfg.n_views)
     rg = {"row_group_size": cfg.row_group_rows} if cfg.row_group_rows else {}
-    pq.write_table(
-        pa.table({"image_id": [i for i, _ in good], "texts": [g for _, g in good]}), out / "good_views.parquet", **rg
-    )
-    single = [r for r in t if r["source_kind"] in cfg.text_sources]
-    pq.write_table(pa.Table.from_pylist(single), out / "texts.parquet", **rg)
-    tok = build_tokenizer([x for _, g in good for x in g] + [r["text"] for r in single], cfg)
+    pq.write_table(good.to_arrow().cast(GOOD_VIEWS_SCHEMA), out / "good_views.parquet", **rg)
+    single = t.filter(pl.col("source_kind").is_in(cfg.text_sources))
+    pq.write_table(single.to_arrow().cast(TEXTS_SCHEMA), out / "texts.parquet", **rg)
+    good_texts = good["texts"].explode().to_list()
+    tok = build_tokenizer(good_texts + single["text"].to_list(), cfg)
     tok.save(str(out / "tokenizer.json"))
     (out / "meta.json").write_text(json.dumps({"max_len": cfg.max_len, "n_views": cfg.n_views}))
     return {
-        "good_images": len(good),
-        "good_texts": sum(len(g) for _, g in good),
-        "images_too_few_texts": len(groups) - len(good),
-        "texts": len(single),
+        "good_images": good.height,
+        "good_texts": len(good_texts),
+        "images_too_few_texts": groups.height - good.height,
+        "texts": single.height,
         "vocab": tok.get_vocab_size(),
     }

@@ -227,6 +227,30 @@ def test_views_group_texts_per_image(tmp_path):
     assert (tmp_path / "tokenizer.json").is_file()
 
 
+def test_views_order_images_by_id_and_keep_corpus_order_within_one(tmp_path):
+    """The corpus is not grouped by image: good views come out by image id, each image's texts
+    in corpus order, and both files have plain string columns (what the trainer and digests read)."""
+    rows = [
+        ("B", "recap", "b one"),
+        ("A", "recap", "a one"),
+        ("C", "alt", "c alt"),
+        ("B", "recap", "b two"),
+        ("A", "recap", "a two"),
+        ("A", "recap", "a three"),
+    ]
+    texts = _write_texts(tmp_path / "texts.parquet", rows)
+    build_views(texts, ViewsConfig(vocab_size=64, text_sources=["alt", "recap"]), tmp_path)
+    good = pq.read_table(tmp_path / "good_views.parquet")
+    assert good.to_pylist() == [
+        {"image_id": "A", "texts": ["a one", "a two", "a three"]},
+        {"image_id": "B", "texts": ["b one", "b two"]},
+    ]
+    assert good.schema == pa.schema([("image_id", pa.string()), ("texts", pa.list_(pa.string()))])
+    single = pq.read_table(tmp_path / "texts.parquet")
+    assert single["text"].to_pylist() == [r[2] for r in rows]  # input order, every text kind
+    assert single.schema == pa.schema([(c, pa.string()) for c in ("image_id", "text_id", "source_kind", "text")])
+
+
 def test_ingest_output_does_not_depend_on_where_the_store_lives(tmp_path):
     """Provenance names the source logically, so the same world ingested from two folders
     gives identical bytes (and the same digest downstream)."""
