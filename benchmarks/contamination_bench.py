@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -166,32 +167,19 @@ def score_planted(matches: pa.Table, planted: pa.Table, eval_ids: list[str], lev
     from platonic.core.dedup import LEVELS
 
     keep = LEVELS[: LEVELS.index(level) + 1]
-    found = {
-        (t, e)
-        for t, e, lv in zip(
-            matches["text_id"].to_pylist(),
-            matches["eval_text_id"].to_pylist(),
-            matches["level"].to_pylist(),
-            strict=True,
-        )
-        if lv in keep
-    }
-    truth = {
-        (t, f"{eval_ids[r]}#0"): k
-        for t, r, k in zip(
-            planted["text_id"].to_pylist(), planted["eval_row"].to_pylist(), planted["edit"].to_pylist(), strict=True
-        )
-    }
-    by_kind: dict[str, list[int]] = {}
-    for pair, k in truth.items():
-        by_kind.setdefault(k, [0, 0])
-        by_kind[k][0] += pair in found
-        by_kind[k][1] += 1
-    hit = sum(v[0] for v in by_kind.values())
+    pair = ["text_id", "eval_text_id"]
+    found = pl.from_arrow(matches).filter(pl.col("level").is_in(keep)).select(pair).unique()
+    truth = pl.from_arrow(planted)
+    # a planted copy is of its eval image's first caption; a hit: the audit found that pair
+    first = pl.Series([f"{eval_ids[r]}#0" for r in truth["eval_row"]], dtype=pl.String)
+    truth = truth.with_columns(eval_text_id=first).join(found.with_columns(hit=pl.lit(True)), on=pair, how="left")
+    truth = truth.with_columns(pl.col("hit").fill_null(False))
+    hit = int(truth["hit"].sum())
+    by_edit = truth.group_by("edit").agg(pl.col("hit").mean()).sort("edit")
     return {
-        "recall": hit / max(1, len(truth)),
-        "precision": len(found & set(truth)) / max(1, len(found)),
-        "found_pairs": len(found),
-        "planted": len(truth),
-        "recall_by_edit": {k: round(v[0] / v[1], 4) for k, v in sorted(by_kind.items())},
+        "recall": hit / max(1, truth.height),
+        "precision": hit / max(1, found.height),
+        "found_pairs": found.height,
+        "planted": truth.height,
+        "recall_by_edit": {k: round(v, 4) for k, v in by_edit.iter_rows()},
     }
