@@ -136,6 +136,27 @@ def test_world_references_are_complete_distinct_and_reproducible():
             assert any(w in r for w in COLOUR_WORDS[COLOURS[o.colour]])
 
 
+def test_references_are_grouped_per_image_in_reference_order(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from platonic.core.caption.data import read_references
+
+    rows = [("e2", 1, "e2 b"), ("e1", 2, "e1 c"), ("e2", 0, "e2 a"), ("e1", 0, "e1 a"), ("e1", 1, "e1 b")]
+    pq.write_table(
+        pa.table(
+            {
+                "image_id": [r[0] for r in rows],
+                "ref_index": pa.array([r[1] for r in rows], pa.int32()),
+                "text": [r[2] for r in rows],
+            }
+        ),
+        tmp_path / "references.parquet",
+    )
+    refs = read_references(tmp_path)
+    assert refs == {"e2": ["e2 a", "e2 b"], "e1": ["e1 a", "e1 b", "e1 c"]} and list(refs) == ["e2", "e1"]
+
+
 def test_caption_recipes_validate_with_one_line_errors(tmp_path):
     from platonic.core.caption.recipe import load_caption, pipeline_needs
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -210,8 +211,7 @@ def read_texts(data_dir: Path, name: str) -> tuple[list[str], list[str]]:
 
 def read_references(data_dir: Path) -> dict[str, list[str]]:
     """eval image id -> its reference captions, in reference order."""
-    t = pq.read_table(data_dir / "references.parquet").to_pydict()
-    refs: dict[str, list[tuple[int, str]]] = {}
-    for i, r, x in zip(t["image_id"], t["ref_index"], t["text"], strict=True):
-        refs.setdefault(i, []).append((r, x))
-    return {i: [x for _, x in sorted(v)] for i, v in refs.items()}
+    t = pl.from_arrow(pq.read_table(data_dir / "references.parquet"))
+    # images in file order, each one's captions by ref_index (then text: one order even if an index repeats)
+    refs = t.group_by("image_id", maintain_order=True).agg(pl.col("text").sort_by("ref_index", "text"))
+    return dict(refs.iter_rows())
