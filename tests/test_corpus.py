@@ -128,6 +128,19 @@ def add_up(counts: dict) -> None:
 # ---- Recap-DataComp ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("batch_rows", [2, 3, 100])
+def test_repeated_keys_quarantined_within_and_across_batches(tmp_path, batch_rows):
+    """The first row with a key keeps it, whether the repeat is in its batch or a later one."""
+    keys = ["a", "b", "a", "c", "b", "a", "d"]
+    rows = [recap_row(i, key=k) for i, k in enumerate(keys)]
+    pq.write_table(recap_table(rows), tmp_path / "s.parquet")
+    counts, _ = run([tmp_path / "s.parquet"], tmp_path, batch_rows=batch_rows)
+    add_up(counts)
+    assert counts["quarantined_duplicate_key"] == 3 * 3  # rows 2, 4, 5: their three texts each
+    assert {r[1] for r in quarantine(tmp_path)} == {2, 4, 5}
+    assert sorted({t["source_row"] for t in texts(tmp_path)}) == [0, 1, 3, 6]
+
+
 def test_recap_rows_kept_or_quarantined_with_reasons(tmp_path):
     rows = [
         recap_row(0, alt="  a dog\ton the\n beach "),  # kept, whitespace normalised

@@ -34,6 +34,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,13 +85,23 @@ class ShardResult:
     seconds: float = 0.0
 
 
+def _one_array(col: pa.ChunkedArray) -> pa.Array:
+    """A column as one array: a single chunk as it is (`combine_chunks` copies even one, and
+    a fresh copy of a batch's texts costs more than the rules run on them)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _column(rows: pa.Table, name: str) -> pa.Array:
+    return _one_array(rows.column(name))
+
+
 def _bool(col, n: int) -> pa.Array:
     return pa.array(np.zeros(n, bool)) if col is None else pc.fill_null(col, False)
 
 
 def _flag(rows: pa.Table, name: str) -> pa.Array:
     """A reader's per-row flag column (`__mismatch__<col>`, ...); all false where it has none."""
-    return _bool(rows.column(name).combine_chunks() if name in rows.column_names else None, rows.num_rows)
+    return _bool(_column(rows, name) if name in rows.column_names else None, rows.num_rows)
 
 
 def _null_str(n: int) -> pa.Array:
@@ -116,6 +127,17 @@ def _raw(texts: pa.Array, reasons: pa.Array) -> pa.Array:
     )
 
 
+def _mark_repeats(keys: list[str], seen: set[str], dup: np.ndarray, rows: np.ndarray) -> set[str]:
+    """dup[rows[i]] = True where keys[i] is in `seen` or earlier in `keys`; the new keys."""
+    new: set[str] = set()
+    for i, k in zip(rows, keys, strict=True):
+        if k in seen or k in new:
+            dup[i] = True
+        else:
+            new.add(k)
+    return new
+
+
 class _Normaliser:
     """Rows of one shard -> kept texts and quarantined texts, vectorised per batch."""
 
@@ -131,17 +153,15 @@ class _Normaliser:
         n = rows.num_rows
         names = set(rows.column_names)
         fields = [f for f in self.fields if f.column in names]
-        image_id = rows.column("image_id").combine_chunks()
+        image_id = _column(rows, "image_id")
         # row-level reasons, in order: a reader's own, a mistyped id, a missing id, a duplicate row
-        row_reason = rows.column(REASON).combine_chunks() if REASON in names else _null_str(n)
-        row_field = rows.column(REASON_FIELD).combine_chunks() if REASON_FIELD in names else _null_str(n)
-        id_bad = _bool(
-            rows.column(MISMATCH + "image_id").combine_chunks() if MISMATCH + "image_id" in names else None, n
-        )
+        row_reason = _column(rows, REASON) if REASON in names else _null_str(n)
+        row_field = _column(rows, REASON_FIELD) if REASON_FIELD in names else _null_str(n)
+        id_bad = _bool(_column(rows, MISMATCH + "image_id") if MISMATCH + "image_id" in names else None, n)
         index_cols = sorted({f.index_column for f in fields if f.index_column})
         idx_missing = pa.array(np.zeros(n, bool))
         for c in index_cols:
-            idx_missing = pc.or_(idx_missing, pc.is_null(rows.column(c).combine_chunks()))
+            idx_missing = pc.or_(idx_missing, pc.is_null(_column(rows, c)))
         no_id = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(image_id)), 0), True)  # null or blank
         conds = [pc.is_valid(row_reason), id_bad, no_id, idx_missing]
         row_reason = pc.case_when(
@@ -159,23 +179,22 @@ class _Normaliser:
             image_id
             if not index_cols
             else pc.binary_join_element_wise(
-                image_id, *[rows.column(c).combine_chunks().cast(pa.string()) for c in index_cols], "\x1f"
+                image_id, *[_column(rows, c).cast(pa.string()) for c in index_cols], "\x1f"
             )
         )
         ok_rows = pc.is_null(row_reason)
         dup = np.zeros(n, bool)
-        seen = self.seen
-        for i, k in zip(
-            np.flatnonzero(ok_rows.to_numpy(zero_copy_only=False)), keys.filter(ok_rows).to_pylist(), strict=True
-        ):
-            if k in seen:
-                dup[i] = True
-            else:
-                seen.add(k)
+        ok_keys = keys.filter(ok_rows).to_pylist()
+        fresh = set(ok_keys)
+        if len(fresh) == len(ok_keys) and self.seen.isdisjoint(fresh):  # the common case: set operations only
+            self.seen |= fresh
+        else:  # a key repeats: find which rows, in order
+            ok_at = np.flatnonzero(ok_rows.to_numpy(zero_copy_only=False))
+            self.seen |= _mark_repeats(ok_keys, self.seen, dup, ok_at)
         dup_a = pa.array(dup)
         row_reason = pc.if_else(dup_a, pa.scalar("duplicate_key"), row_reason)
         row_field = pc.if_else(dup_a, pa.scalar(self.id_column), row_field)
-        source_row = rows.column("source_row").combine_chunks()
+        source_row = _column(rows, "source_row")
 
         prov = [
             c
@@ -190,7 +209,7 @@ class _Normaliser:
         # per field: its texts, reasons, fields named in the quarantine, indices (all length n)
         texts, normalised, reasons, qfields, indices = [], [], [], [], []
         for f in fields:
-            text = rows.column(f.column).combine_chunks()
+            text = _column(rows, f.column)
             if pa.types.is_string(text.type):
                 text = text.view(pa.binary())  # one type for all fields; UTF-8 is checked below
             mism, over = (_flag(rows, marker + f.column) for marker in (MISMATCH, OVER_LONG))
@@ -203,7 +222,7 @@ class _Normaliser:
             # a row-level reason names its field, or (a reader's own, fieldless) each text's column
             qfields.append(pc.if_else(pc.is_valid(row_reason), pc.coalesce(row_field, f.column), pa.scalar(f.column)))
             indices.append(
-                rows.column(f.index_column).combine_chunks().cast(pa.string())
+                _column(rows, f.index_column).cast(pa.string())
                 if f.index_column
                 else pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [str(f.index)]).cast(pa.string())
             )
@@ -225,11 +244,9 @@ class _Normaliser:
         k = len(row)
         cols = {
             "image_id": image,
-            "text_id": pc.binary_join_element_wise(
-                image, kind, pa.chunked_array(indices).take(flat).combine_chunks(), ":"
-            ),
+            "text_id": pc.binary_join_element_wise(image, kind, _one_array(pa.chunked_array(indices).take(flat)), ":"),
             "source_kind": kind,
-            "text": pa.chunked_array(normalised).take(flat).combine_chunks(),
+            "text": _one_array(pa.chunked_array(normalised).take(flat)),
             "source_uri": pa.DictionaryArray.from_arrays(np.zeros(k, np.int32), [self.uri]).cast(pa.string()),
             "source_row": source_row.take(row_a),
         }
@@ -238,19 +255,19 @@ class _Normaliser:
             cols[g] = empty
         kept = pa.table(cols, schema=TEXT_SCHEMA)
         for c in prov:
-            kept = kept.append_column(c, rows.column(c).combine_chunks().take(row_a))
+            kept = kept.append_column(c, _column(rows, c).take(row_a))
         # quarantined (row, field) pairs, ordered the same way
         if good.all():
             return kept, pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
         qrow, _qfld, qflat = pick(~good)
-        reason = pa.chunked_array(reasons).take(qflat).combine_chunks()
+        reason = _one_array(pa.chunked_array(reasons).take(qflat))
         q = pa.table(
             {
                 "source_uri": pa.array([self.uri] * len(qrow), pa.string()),
                 "source_row": source_row.take(pa.array(qrow, pa.int64())),
-                "field": pa.chunked_array(qfields).take(qflat).combine_chunks(),
+                "field": _one_array(pa.chunked_array(qfields).take(qflat)),
                 "reason": reason,
-                "raw": _raw(pa.chunked_array(texts).take(qflat).combine_chunks(), reason),
+                "raw": _raw(_one_array(pa.chunked_array(texts).take(qflat)), reason),
             },
             schema=QUARANTINE_SCHEMA,
         )
@@ -382,9 +399,33 @@ class _Writers:
         return set(self.writers)
 
 
+@contextmanager
+def _pages_kept_between_batches() -> Iterator[None]:
+    """Arrow allocations through jemalloc, freed pages kept for a few seconds, so each batch's
+    arrays reuse the pages the previous batch freed. Under pyarrow's default (mimalloc, pages
+    returned within milliseconds) every batch faulted its memory in afresh, which on a small
+    VM cost more than the text rules (normalising a 500k-row Recap shard: 1.4 s with this,
+    2.0-2.7 s without; benchmarks/bench_ingest.py). Memory stays bounded by a few batches."""
+    if "jemalloc" not in pa.supported_memory_backends():
+        yield
+        return
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.jemalloc_memory_pool())
+    pa.jemalloc_set_decay_ms(5000)
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(previous)
+
+
 def ingest_shard(reader: Reader, shard: Shard, max_chars: int, out: Path) -> dict[str, int]:
     """One shard -> `out/{texts,quarantine}.parquet` (+ `images.parquet` for webdataset) and
     its counts. Streams batch by batch; raises ShardError naming the file if it is unreadable."""
+    with _pages_kept_between_batches():
+        return _ingest_shard(reader, shard, max_chars, out)
+
+
+def _ingest_shard(reader: Reader, shard: Shard, max_chars: int, out: Path) -> dict[str, int]:
     norm = _Normaliser(reader, shard, max_chars)
     writers = _Writers(out)
     counts = {"rows_in": 0, "in": 0, "kept": 0, "quarantined": 0, "images": 0}

@@ -75,7 +75,9 @@ def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
     (> max_chars characters). Normalised texts are null where the bytes are not UTF-8."""
     valid = utf8_valid(texts)
     as_str = texts.view(pa.string()) if pa.types.is_binary(texts.type) else texts
-    clean = pc.if_else(pc.fill_null(valid, False), as_str, pa.scalar(None, pa.string()))
+    all_valid = (pc.sum(valid).as_py() or 0) == len(texts) - texts.null_count  # every non-null value
+    # (a copy of every text only when some are not UTF-8: the common batch is used as it is)
+    clean = as_str if all_valid else pc.if_else(pc.fill_null(valid, False), as_str, pa.scalar(None, pa.string()))
     # one RE2 pass over every text finds the few that need a closer look (whitespace to
     # normalise, a control character); both rules then run on those alone
     suspect = pc.fill_null(pc.match_substring_regex(clean, _SUSPECT), False)
@@ -91,7 +93,7 @@ def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
             pc.invert(pc.fill_null(valid, True)),
             control,
             pc.equal(pc.binary_length(normalised), 0),
-            pc.greater(pc.utf8_length(clean), max_chars),
+            _over_long(clean, max_chars),
         ),
         "missing_field",
         "invalid_utf8",
@@ -100,6 +102,15 @@ def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
         "over_long_text",
     )
     return reason, normalised
+
+
+def _over_long(texts: pa.Array, max_chars: int) -> pa.Array:
+    """More than `max_chars` characters? Counted only where the bytes exceed it (a
+    character is at least one byte)."""
+    over = pc.greater(pc.binary_length(texts), max_chars)
+    if not pc.any(over).as_py():
+        return over
+    return pc.and_(over, pc.greater(pc.utf8_length(texts), max_chars))
 
 
 def text_reasons(texts: pa.Array, max_chars: int) -> pa.Array:
