@@ -2,3 +2,7 @@
 standalone commands (standalone.py), service set-up (services.py) and developer tools
 (standins.py, serve_chat.py). The DAG and every computation live in `platonic.core`; the
 stage contract is applied by `platonic.tasks.executor`."""
+
+from platonic.core.cpus import short_openmp_spins
+
+short_openmp_spins()  # before anything imports torch: see platonic_core/cpus.py

@@ -36,3 +36,25 @@ def test_threads_field_takes_a_count_or_auto():
     for bad in ("train.threads=0", "train.threads=many"):
         with pytest.raises(ConfigError, match="train.threads"):
             load_config("tiny", [bad])
+
+
+def test_short_openmp_spins_unless_the_user_chose_a_wait_policy():
+    from platonic.core.cpus import SPIN_DEFAULTS, short_openmp_spins
+
+    env: dict[str, str] = {}
+    short_openmp_spins(env)
+    assert env == SPIN_DEFAULTS
+    for chosen in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "300000"}):
+        env = dict(chosen)
+        short_openmp_spins(env)
+        assert env == chosen
+
+
+def test_the_app_sets_short_spins_before_torch_is_imported():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = "import sys, os, platonic.flows; print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1000", "False"]
