@@ -31,7 +31,7 @@ GOOD_VIEWS_SCHEMA = pa.schema([("image_id", pa.string()), ("texts", pa.list_(pa.
 
 def build_views(texts: Path, cfg: ViewsConfig, out: Path) -> dict[str, int]:
     t = pl.from_arrow(pq.read_table(texts, columns=TEXTS_SCHEMA.names))
-    kinds = set(t["source_kind"])
+    kinds = set(t["source_kind"].unique())
     for k in {*cfg.good_sources, *cfg.text_sources} - kinds:
         raise ValueError(f"views: source kind {k!r} is not in the corpus (kinds: {sorted(kinds)})")
     # each image's good-kind texts in corpus order (a group keeps its rows' order), images by id

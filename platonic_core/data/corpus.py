@@ -95,6 +95,11 @@ def _column(rows: pa.Table, name: str) -> pa.Array:
     return _one_array(rows.column(name))
 
 
+def _take_flat(per_field: list[pa.Array], flat: pa.Array) -> pa.Array:
+    """Values of the field-major concatenation of `per_field` at `flat`, as one array."""
+    return _one_array(pa.chunked_array(per_field).take(flat))
+
+
 def _bool(col, n: int) -> pa.Array:
     return pa.array(np.zeros(n, bool)) if col is None else pc.fill_null(col, False)
 
@@ -125,17 +130,6 @@ def _raw(texts: pa.Array, reasons: pa.Array) -> pa.Array:
         ],
         pa.string(),
     )
-
-
-def _mark_repeats(keys: list[str], seen: set[str], dup: np.ndarray, rows: np.ndarray) -> set[str]:
-    """dup[rows[i]] = True where keys[i] is in `seen` or earlier in `keys`; the new keys."""
-    new: set[str] = set()
-    for i, k in zip(rows, keys, strict=True):
-        if k in seen or k in new:
-            dup[i] = True
-        else:
-            new.add(k)
-    return new
 
 
 class _Normaliser:
@@ -189,8 +183,11 @@ class _Normaliser:
         if len(fresh) == len(ok_keys) and self.seen.isdisjoint(fresh):  # the common case: set operations only
             self.seen |= fresh
         else:  # a key repeats: find which rows, in order
-            ok_at = np.flatnonzero(ok_rows.to_numpy(zero_copy_only=False))
-            self.seen |= _mark_repeats(ok_keys, self.seen, dup, ok_at)
+            for i, k in zip(np.flatnonzero(ok_rows.to_numpy(zero_copy_only=False)), ok_keys, strict=True):
+                if k in self.seen:
+                    dup[i] = True
+                else:
+                    self.seen.add(k)
         dup_a = pa.array(dup)
         row_reason = pc.if_else(dup_a, pa.scalar("duplicate_key"), row_reason)
         row_field = pc.if_else(dup_a, pa.scalar(self.id_column), row_field)
@@ -244,9 +241,9 @@ class _Normaliser:
         k = len(row)
         cols = {
             "image_id": image,
-            "text_id": pc.binary_join_element_wise(image, kind, _one_array(pa.chunked_array(indices).take(flat)), ":"),
+            "text_id": pc.binary_join_element_wise(image, kind, _take_flat(indices, flat), ":"),
             "source_kind": kind,
-            "text": _one_array(pa.chunked_array(normalised).take(flat)),
+            "text": _take_flat(normalised, flat),
             "source_uri": pa.DictionaryArray.from_arrays(np.zeros(k, np.int32), [self.uri]).cast(pa.string()),
             "source_row": source_row.take(row_a),
         }
@@ -260,14 +257,14 @@ class _Normaliser:
         if good.all():
             return kept, pa.Table.from_pylist([], schema=QUARANTINE_SCHEMA)
         qrow, _qfld, qflat = pick(~good)
-        reason = _one_array(pa.chunked_array(reasons).take(qflat))
+        reason = _take_flat(reasons, qflat)
         q = pa.table(
             {
                 "source_uri": pa.array([self.uri] * len(qrow), pa.string()),
                 "source_row": source_row.take(pa.array(qrow, pa.int64())),
-                "field": _one_array(pa.chunked_array(qfields).take(qflat)),
+                "field": _take_flat(qfields, qflat),
                 "reason": reason,
-                "raw": _raw(_one_array(pa.chunked_array(texts).take(qflat)), reason),
+                "raw": _raw(_take_flat(texts, qflat), reason),
             },
             schema=QUARANTINE_SCHEMA,
         )

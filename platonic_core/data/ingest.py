@@ -75,9 +75,9 @@ def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
     (> max_chars characters). Normalised texts are null where the bytes are not UTF-8."""
     valid = utf8_valid(texts)
     as_str = texts.view(pa.string()) if pa.types.is_binary(texts.type) else texts
-    all_valid = (pc.sum(valid).as_py() or 0) == len(texts) - texts.null_count  # every non-null value
-    # (a copy of every text only when some are not UTF-8: the common batch is used as it is)
-    clean = as_str if all_valid else pc.if_else(pc.fill_null(valid, False), as_str, pa.scalar(None, pa.string()))
+    invalid = pc.invert(pc.fill_null(valid, True))  # bytes that are not UTF-8 (nulls are not)
+    # a copy of every text only when some are not UTF-8: the common batch is used as it is
+    clean = pc.if_else(invalid, pa.scalar(None, pa.string()), as_str) if pc.any(invalid).as_py() else as_str
     # one RE2 pass over every text finds the few that need a closer look (whitespace to
     # normalise, a control character); both rules then run on those alone
     suspect = pc.fill_null(pc.match_substring_regex(clean, _SUSPECT), False)
@@ -90,7 +90,7 @@ def check_texts(texts: pa.Array, max_chars: int) -> tuple[pa.Array, pa.Array]:
     reason = pc.case_when(
         pc.make_struct(
             pc.is_null(texts),
-            pc.invert(pc.fill_null(valid, True)),
+            invalid,
             control,
             pc.equal(pc.binary_length(normalised), 0),
             _over_long(clean, max_chars),
