@@ -675,6 +675,49 @@ def test_pipeline_ingests_a_real_corpus_then_stops_clearly(tmp_path, prefect_har
         pipeline(cfg.model_dump(mode="json"))
 
 
+def test_suspect_prefilter_covers_the_rules_regex():
+    """The cheap pass that picks texts for the rules (`_suspects`) misses nothing the full
+    RE2 pattern matches, whatever the code point, position or slice; its double-space scan
+    is exact."""
+    import random
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from platonic.core.data.ingest import _SUSPECT, _double_spaces, _suspects
+
+    rng = random.Random(0)
+    alphabet = [
+        " ",
+        "  ",
+        "a",
+        "~",
+        "\t",
+        "\n",
+        "\r",
+        "\x00",
+        "\x1b",
+        "\x1f",
+        "\x7f",
+        "\x85",
+        "\xa0",
+        "é",
+        "\u2028",
+        "\u3000",
+    ]
+    probes = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(20_000)]
+    probes += [None, "", " ", "a  b", " a", "a "] + [f"a{chr(c)}b" for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    texts = pa.array(probes)
+    for part in (texts, texts.slice(1), texts.slice(3, 5_000)):
+        fast = _suspects(part).to_numpy(zero_copy_only=False)
+        full = pc.fill_null(pc.match_substring_regex(part, _SUSPECT), False).to_numpy(zero_copy_only=False)
+        missed = [t for t, f, r in zip(part.to_pylist(), fast, full, strict=True) if r and not f]
+        assert not missed, missed[:5]
+        expected = np.array([t is not None and "  " in t for t in part.to_pylist()])
+        assert (_double_spaces(part) == expected).all()
+    assert fast[: 20_000 - 3].any() and not fast.all()  # it does select, and it does leave some out
+
+
 def test_vectorised_whitespace_rule_is_pythons():
     """`normalize_whitespace` (RE2, vectorised) == `" ".join(t.split())` for every code
     point Python calls whitespace, and leaves the others alone."""
