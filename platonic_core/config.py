@@ -105,7 +105,7 @@ class IngestConfig(Section):
     text_columns: dict[str, str] = {}  # column -> source kind (default: per format)
     index_column: str | None = None  # a per-row text index, for several rows per image (caption ids)
     max_text_chars: int = Field(1000, ge=8)
-    batch_rows: int = Field(32768, ge=1)  # input rows per batch: bounds memory per shard
+    batch_rows: int = Field(16384, ge=1)  # input rows per batch: bounds memory per shard
     workers: int = Field(1, ge=1)  # shards ingested in parallel (processes; memory scales with it)
 
     @model_validator(mode="after")

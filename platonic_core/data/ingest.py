@@ -108,8 +108,9 @@ def _suspects(texts: pa.Array) -> pa.Array:
     """Texts that may match `_SUSPECT` (a superset: those with a byte outside printable
     ASCII, a leading or trailing space, or two spaces in a row). For printable ASCII the
     regex can only match a space at either end or two in a row, so everything else it
-    matches has a byte outside 0x20-0x7e. Two byte scans and numpy cost a fifth of one
-    RE2 pass of `_SUSPECT` over every text, the largest cost of an ingest (bench_ingest)."""
+    matches has a byte outside 0x20-0x7e. Arrow's byte kernels and one numpy scan cost a
+    third of one RE2 pass of `_SUSPECT` over every text, which was the largest cost of an
+    ingest (benchmarks/bench_ingest.py)."""
     odd = pc.invert(pc.ascii_is_printable(texts))
     edge = pc.or_(pc.starts_with(texts, " "), pc.ends_with(texts, " "))
     return pc.fill_null(pc.or_(pc.or_(odd, edge), pa.array(_double_spaces(texts))), False)
@@ -119,7 +120,10 @@ def _double_spaces(texts: pa.Array) -> np.ndarray:
     """Per text of a string array: does it hold two spaces in a row? Vectorised over the
     values buffer: byte pairs read as uint16 at even and at odd positions."""
     n = len(texts)
-    offsets = np.frombuffer(texts.buffers()[1], np.int32, n + 1, texts.offset * 4)
+    if n == 0:  # an empty array may have no offsets buffer at all
+        return np.zeros(0, bool)
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32  # string's offsets are int32
+    offsets = np.frombuffer(texts.buffers()[1], width, n + 1, texts.offset * np.dtype(width).itemsize)
     data = texts.buffers()[2]
     if data is None or offsets[-1] <= offsets[0]:
         return np.zeros(n, bool)
