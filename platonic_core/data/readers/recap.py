@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .base import MISMATCH, Batch, Reader, Shard, TextField, mapped_fields
-from .sources import open_binary
+from .sources import open_native
 
 if TYPE_CHECKING:
     from ...config import IngestConfig
@@ -36,7 +36,7 @@ class RecapReader(Reader):
         return mapped_fields(self.text_columns, self.cfg.index_column, optional)
 
     def batches(self, shard: Shard) -> Iterator[Batch]:
-        with open_binary(shard.uri) as fh:
+        with open_native(shard.uri) as fh:
             # no pre-buffering: with it Arrow keeps every column chunk it read until the file
             # is closed (RSS grows with the shard); plain buffered reads stay bounded
             pf = pq.ParquetFile(fh, pre_buffer=False, buffer_size=1 << 20)
