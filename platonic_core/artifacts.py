@@ -60,6 +60,12 @@ class Manifest:
     def path(self) -> Path:
         return Path(self.uri)
 
+    @property
+    def incomplete(self) -> bool:
+        """Part of its input could not be read (a corpus shard that failed): it is kept for
+        inspection, but no run takes it as a cache hit, so the next run retries that part."""
+        return bool(self.counts.get("shards_failed"))
+
     def files_digest(self, names: tuple[str, ...]) -> str:
         """One digest of some of the artifact's files: what a stage that reads only those
         is keyed on. Manifests written before per-file digests were kept hash the files."""

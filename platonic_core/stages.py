@@ -609,7 +609,7 @@ def uncached(cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore) -
         spec = spec_of(inst)
         inputs, roles = instance_inputs(cfg, inst, found)
         hit = store.lookup(inst.id, cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, inputs, roles)))
-        if hit is None or hit.counts.get("shards_failed"):  # an incomplete artifact is no hit
+        if hit is None or hit.incomplete:
             missing.append(inst.id)
         else:
             found[inst.id] = hit

@@ -179,7 +179,7 @@ def _execute_locked(
 ) -> tuple[Manifest, bool]:
     store, c, log = ctx.store, ctx.client, stage_logger()
     hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
-    if hit is not None and hit.counts.get("shards_failed"):
+    if hit is not None and hit.incomplete:
         hit = None
     if hit is not None and mode != FORCE and (problem := verify(hit)):
         # a corrupt cache must not feed a run: rebuild (the new commit replaces the folder)
@@ -335,7 +335,7 @@ def run_instance(
     m = _runner(inst)(inst, cfg, inputs, mode, ctx, **kw)
     if isinstance(m, State):  # a Cached state: the task's return value as it came back
         m = m.result()
-    if m.counts.get("shards_failed"):
+    if m.incomplete:
         raise IncompleteArtifact(m)
     return m
 
