@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 from platonic.core.config import ServicesConfig
 
@@ -47,6 +48,28 @@ def local_server_up(url: str = LOCAL_SERVER, timeout: float = 0.5) -> bool:
         return False
 
 
+def lost_prefect_server(error: BaseException) -> str | None:
+    """The URL of the Prefect server this process reported to, if `error` is a failed
+    connection (httpx transport error) and that server no longer answers its health check;
+    None otherwise (a stage's own error, or a server that is still up)."""
+    import httpx
+
+    url = os.environ.get("PREFECT_API_URL")
+    if url and isinstance(error, httpx.TransportError) and not local_server_up(url):
+        return url
+    return None
+
+
+def exit_now(code: int) -> None:
+    """Exit without running exit handlers. Prefect drains its undelivered events at exit,
+    reconnecting about ten times per event to the server: with the server gone, a finished
+    run would sit there for many minutes (measured: over three, still going). Logging is not
+    shut down either: Prefect's API log handler would try the same server."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def choose_prefect_server() -> str:
     """The Prefect server this process's flows report to, chosen before the first flow starts:
     PREFECT_API_URL (the environment or the recipe's `services`); else a running `platonic
@@ -56,16 +79,42 @@ def choose_prefect_server() -> str:
     return use_local_server() or tie_temporary_server()
 
 
+_WATCHED: dict[str, threading.Event] = {}
+
+
+def watch_prefect_server(url: str, every: float = 10.0) -> threading.Event:
+    """A daemon thread that says on stderr, once, when the Prefect server at `url` stops
+    answering, and once when it is back. A run goes on without it (its stages do not need
+    the server), but Prefect's client retries its last reports for about two minutes before
+    the run ends with an error: this says why at the time it happens. One thread per URL
+    and process, however many runs it starts; setting the returned event stops it."""
+    if url in _WATCHED:
+        return _WATCHED[url]
+    stop = _WATCHED[url] = threading.Event()
+
+    def loop() -> None:
+        up = True
+        while not stop.wait(every):
+            if local_server_up(url, timeout=2.0) != up:
+                up = not up
+                what = "answers again" if up else "stopped answering: the run goes on, its record there is incomplete"
+                print(f"warning: the Prefect server at {url} {what}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=loop, name="prefect-server-watch", daemon=True).start()
+    return stop
+
+
 def use_local_server() -> str | None:
-    """PREFECT_API_URL, or a running `platonic server`'s URL (then exported as PREFECT_API_URL);
-    None if neither. Call it before Prefect is imported: Prefect reads its settings once, at
-    import (the CLI imports Prefect only when a flow starts)."""
-    if url := os.environ.get("PREFECT_API_URL"):
-        return url
-    if "prefect" not in sys.modules and local_server_up():
-        os.environ["PREFECT_API_URL"] = LOCAL_SERVER
-        return LOCAL_SERVER
-    return None
+    """PREFECT_API_URL, or a running `platonic server`'s URL (then exported as PREFECT_API_URL),
+    watched (`watch_prefect_server`); None if neither. Call it before Prefect is imported:
+    Prefect reads its settings once, at import (the CLI imports Prefect only when a flow
+    starts)."""
+    url = os.environ.get("PREFECT_API_URL")
+    if not url and "prefect" not in sys.modules and local_server_up():
+        url = os.environ["PREFECT_API_URL"] = LOCAL_SERVER
+    if url:
+        watch_prefect_server(url)
+    return url or None
 
 
 def tie_temporary_server() -> str:

@@ -293,3 +293,107 @@ def test_runs_of_a_killed_process_are_marked_killed_by_the_next_run(tmp_path, mo
     assert {status[r.info.run_id] for r in crashed} == {"KILLED"}
     assert status[elsewhere.info.run_id] == "RUNNING"
     assert status[alive.info.run_id] == "RUNNING"
+
+
+# ---- a Prefect server that goes away mid-run --------------------------------------------------
+
+
+def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_event_drain(monkeypatch, capsys):
+    """A failed connection to a server that no longer answers: one `error:` line saying what
+    happened and that the finished stages are cached, then an exit that skips Prefect's drain
+    of undelivered events (minutes against a dead server). A server that still answers, or a
+    stage's own error, keeps the usual `the run failed` line."""
+    import http.server
+    import threading
+
+    import httpx
+    import typer
+
+    from platonic.flows import cli
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/api"
+    monkeypatch.setenv("PREFECT_API_URL", dead)
+    with pytest.raises(SystemExit), cli._reported_errors():
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+    assert exits == [1]
+    err = capsys.readouterr().err
+    assert f"error: the Prefect server at {dead} stopped answering during the run (ConnectError" in err
+    assert "Every stage that finished is cached: rerun the command" in err
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.send_response(200 if self.path == "/api/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    alive = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=alive.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{alive.server_port}/api")
+        for error in (httpx.ReadTimeout("slow"), ValueError("a stage's own error")):
+            with pytest.raises(typer.Exit) as e, cli._reported_errors():
+                raise error
+            assert e.value.exit_code == 1
+            assert f"error: the run failed: {type(error).__name__}" in capsys.readouterr().err
+    finally:
+        alive.shutdown()
+    assert exits == [1]
+
+
+def test_the_prefect_server_watch_says_when_the_server_goes_and_comes_back(capfd):
+    import http.server
+    import threading
+
+    from platonic.flows.services import watch_prefect_server
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    def serve(port: int = 0) -> http.server.HTTPServer:
+        server = http.server.HTTPServer(("127.0.0.1", port), Health)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    server = serve()
+    port = server.server_port
+    url = f"http://127.0.0.1:{port}/api"
+    stop = watch_prefect_server(url, every=0.05)
+
+    def said(text: str) -> bool:
+        deadline = time.monotonic() + 10
+        seen = ""
+        while time.monotonic() < deadline:
+            seen += capfd.readouterr().err
+            if text in seen:
+                return True
+            time.sleep(0.05)
+        return False
+
+    time.sleep(0.3)
+    assert capfd.readouterr().err == ""  # up: nothing said
+    server.shutdown()
+    server.server_close()
+    assert said(f"warning: the Prefect server at {url} stopped answering: the run goes on")
+    server = serve(port)
+    try:
+        assert said(f"warning: the Prefect server at {url} answers again")
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
