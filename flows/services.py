@@ -48,14 +48,26 @@ def local_server_up(url: str = LOCAL_SERVER, timeout: float = 0.5) -> bool:
         return False
 
 
+def server_answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether anything answers HTTP at `url`'s health path, whatever the status (a served
+    stack's auth, or an API that keeps its health check elsewhere, still answers)."""
+    import httpx
+
+    try:
+        httpx.get(f"{url}/health", timeout=timeout)
+        return True
+    except httpx.TransportError:
+        return False
+
+
 def lost_prefect_server(error: BaseException) -> str | None:
     """The URL of the Prefect server this process reported to, if `error` is a failed
-    connection (httpx transport error) and that server no longer answers its health check;
-    None otherwise (a stage's own error, or a server that is still up)."""
+    connection (httpx transport error) and nothing answers at that URL any more; None
+    otherwise (a stage's own error, or a server that is still up)."""
     import httpx
 
     url = os.environ.get("PREFECT_API_URL")
-    if url and isinstance(error, httpx.TransportError) and not local_server_up(url):
+    if url and isinstance(error, httpx.TransportError) and not server_answers(url):
         return url
     return None
 
@@ -95,7 +107,7 @@ def watch_prefect_server(url: str, every: float = 10.0) -> threading.Event:
     def loop() -> None:
         up = True
         while not stop.wait(every):
-            if local_server_up(url, timeout=2.0) != up:
+            if server_answers(url) != up:
                 up = not up
                 what = "answers again" if up else "stopped answering: the run goes on, its record there is incomplete"
                 print(f"warning: the Prefect server at {url} {what}", file=sys.stderr, flush=True)

@@ -331,7 +331,7 @@ def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_even
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            self.send_response(200 if self.path == "/api/health" else 404)
+            self.send_response(401)  # a served stack's server without our credentials still answers
             self.end_headers()
 
         def log_message(self, *args) -> None:
