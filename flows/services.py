@@ -37,27 +37,26 @@ def embedded_defaults() -> None:
 LOCAL_SERVER = "http://127.0.0.1:4200/api"
 
 
-def local_server_up(url: str = LOCAL_SERVER, timeout: float = 0.5) -> bool:
-    """Whether a Prefect API answers its health check at `url` (milliseconds when nothing
-    listens: the connection is refused)."""
+def health_status(url: str, timeout: float = 0.5) -> int | None:
+    """The HTTP status of the Prefect API health check at `url`; None when nothing answers
+    (milliseconds when nothing listens: the connection is refused)."""
     import httpx
 
     try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+        return httpx.get(f"{url}/health", timeout=timeout).status_code
     except httpx.HTTPError:
-        return False
+        return None
+
+
+def local_server_up(url: str = LOCAL_SERVER, timeout: float = 0.5) -> bool:
+    """Whether a Prefect API answers its health check at `url`."""
+    return health_status(url, timeout) == 200
 
 
 def server_answers(url: str, timeout: float = 2.0) -> bool:
-    """Whether anything answers HTTP at `url`'s health path, whatever the status (a served
-    stack's auth, or an API that keeps its health check elsewhere, still answers)."""
-    import httpx
-
-    try:
-        httpx.get(f"{url}/health", timeout=timeout)
-        return True
-    except httpx.TransportError:
-        return False
+    """Whether anything answers at `url`, whatever the status (a served stack's auth, or an
+    API that keeps its health check elsewhere, still answers)."""
+    return health_status(url, timeout) is not None
 
 
 def lost_prefect_server(error: BaseException) -> str | None:
@@ -97,7 +96,7 @@ _WATCHED: dict[str, threading.Event] = {}
 def watch_prefect_server(url: str, every: float = 10.0) -> threading.Event:
     """A daemon thread that says on stderr, once, when the Prefect server at `url` stops
     answering, and once when it is back. A run goes on without it (its stages do not need
-    the server), but Prefect's client retries its last reports for about two minutes before
+    the server), but Prefect's client retries its last reports for about 2.5 minutes before
     the run ends with an error: this says why at the time it happens. One thread per URL
     and process, however many runs it starts; setting the returned event stops it."""
     if url in _WATCHED:

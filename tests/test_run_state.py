@@ -298,14 +298,29 @@ def test_runs_of_a_killed_process_are_marked_killed_by_the_next_run(tmp_path, mo
 # ---- a Prefect server that goes away mid-run --------------------------------------------------
 
 
+def _answering_server(status: int, port: int = 0):
+    """An HTTP server on 127.0.0.1 answering every GET with `status`, in a daemon thread."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", port), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_event_drain(monkeypatch, capsys):
     """A failed connection to a server that no longer answers: one `error:` line saying what
     happened and that the finished stages are cached, then an exit that skips Prefect's drain
     of undelivered events (minutes against a dead server). A server that still answers, or a
     stage's own error, keeps the usual `the run failed` line."""
-    import http.server
-    import threading
-
     import httpx
     import typer
 
@@ -329,16 +344,7 @@ def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_even
     assert f"error: the Prefect server at {dead} stopped answering during the run (ConnectError" in err
     assert "Every stage that finished is cached: rerun the command" in err
 
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            self.send_response(401)  # a served stack's server without our credentials still answers
-            self.end_headers()
-
-        def log_message(self, *args) -> None:
-            pass
-
-    alive = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=alive.serve_forever, daemon=True).start()
+    alive = _answering_server(401)  # a served stack's server without our credentials still answers
     try:
         monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{alive.server_port}/api")
         for error in (httpx.ReadTimeout("slow"), ValueError("a stage's own error")):
@@ -352,25 +358,9 @@ def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_even
 
 
 def test_the_prefect_server_watch_says_when_the_server_goes_and_comes_back(capfd):
-    import http.server
-    import threading
-
     from platonic.flows.services import watch_prefect_server
 
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args) -> None:
-            pass
-
-    def serve(port: int = 0) -> http.server.HTTPServer:
-        server = http.server.HTTPServer(("127.0.0.1", port), Health)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
-    server = serve()
+    server = _answering_server(200)
     port = server.server_port
     url = f"http://127.0.0.1:{port}/api"
     stop = watch_prefect_server(url, every=0.05)
@@ -390,7 +380,7 @@ def test_the_prefect_server_watch_says_when_the_server_goes_and_comes_back(capfd
     server.shutdown()
     server.server_close()
     assert said(f"warning: the Prefect server at {url} stopped answering: the run goes on")
-    server = serve(port)
+    server = _answering_server(200, port)
     try:
         assert said(f"warning: the Prefect server at {url} answers again")
     finally:
