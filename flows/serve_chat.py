@@ -45,6 +45,26 @@ class ChatServer(ThreadingHTTPServer):
         self.lock = threading.Lock()  # one generate at a time (torch CPU threads are shared)
         self.count_lock = threading.Lock()
         self.log: list[dict] = []  # per request: n, model, has_image, outcome (tests read it)
+        self.open_connections = 0  # accepted and not yet closed (one request each: HTTP/1.0)
+
+    def get_request(self):
+        with self.count_lock:  # accepted and counted in one step: `idle` never sees one without the other
+            request = super().get_request()
+            self.open_connections += 1
+            return request
+
+    def shutdown_request(self, request) -> None:  # every accepted connection ends here, handled or not
+        super().shutdown_request(request)
+        with self.count_lock:
+            self.open_connections -= 1
+
+    def idle(self) -> bool:
+        """No request in flight and none waiting to be accepted: every request a client sent
+        has been logged (tests wait for this after killing a client, instead of sleeping)."""
+        import select
+
+        with self.count_lock:
+            return self.open_connections == 0 and not select.select([self.socket], [], [], 0)[0]
 
     def next_n(self) -> int:
         with self.count_lock:

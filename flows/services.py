@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 from platonic.core.config import ServicesConfig
 
@@ -90,26 +91,44 @@ def choose_prefect_server() -> str:
     return use_local_server() or tie_temporary_server()
 
 
+class ServerWatch:
+    """Whether the Prefect server at `url` still answers, as a state that changes only when
+    `poll` sees it change: `poll()` probes once and returns the line to say, or None when
+    nothing changed. The thread of `watch_prefect_server` calls it every few seconds; tests
+    call it directly, so what it says does not depend on timing."""
+
+    def __init__(self, url: str, probe: Callable[[str], bool] = server_answers):
+        self.url, self.probe, self.up = url, probe, True
+
+    def poll(self) -> str | None:
+        if self.probe(self.url) == self.up:
+            return None
+        self.up = not self.up
+        what = "answers again" if self.up else "stopped answering: the run goes on, its record there is incomplete"
+        return f"warning: the Prefect server at {self.url} {what}"
+
+
 _WATCHED: dict[str, threading.Event] = {}
 
 
-def watch_prefect_server(url: str, every: float = 10.0) -> threading.Event:
+def watch_prefect_server(
+    url: str, every: float = 10.0, probe: Callable[[str], bool] = server_answers
+) -> threading.Event:
     """A daemon thread that says on stderr, once, when the Prefect server at `url` stops
-    answering, and once when it is back. A run goes on without it (its stages do not need
-    the server), but Prefect's client retries its last reports for about 2.5 minutes before
-    the run ends with an error: this says why at the time it happens. One thread per URL
-    and process, however many runs it starts; setting the returned event stops it."""
-    if url in _WATCHED:
+    answering, and once when it is back (`ServerWatch`). A run goes on without it (its stages
+    do not need the server), but Prefect's client retries its last reports for about 2.5
+    minutes before the run ends with an error: this says why at the time it happens. One
+    thread per URL and process, however many runs it starts; setting the returned event stops
+    it (a later call for the same URL starts a new one)."""
+    if url in _WATCHED and not _WATCHED[url].is_set():
         return _WATCHED[url]
     stop = _WATCHED[url] = threading.Event()
+    watch = ServerWatch(url, probe)
 
     def loop() -> None:
-        up = True
         while not stop.wait(every):
-            if server_answers(url) != up:
-                up = not up
-                what = "answers again" if up else "stopped answering: the run goes on, its record there is incomplete"
-                print(f"warning: the Prefect server at {url} {what}", file=sys.stderr, flush=True)
+            if said := watch.poll():
+                print(said, file=sys.stderr, flush=True)
 
     threading.Thread(target=loop, name="prefect-server-watch", daemon=True).start()
     return stop

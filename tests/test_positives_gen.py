@@ -218,7 +218,10 @@ def test_kill_mid_shard_then_rerun_resumes_without_duplicates(models, world_inge
         time.sleep(0.02)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    time.sleep(0.3)  # let the server log the request that was in flight before the log is cleared
+    deadline = time.monotonic() + 60  # the request in flight at the kill is logged before the log is cleared
+    while not srv.idle():
+        assert time.monotonic() < deadline, "the server never finished the killed client's requests"
+        time.sleep(0.01)
     assert p.returncode == -signal.SIGKILL
     before = {q.name for q in shard.glob("part-*.parquet")}
     assert before and not (shard / "_DONE.json").exists()
@@ -349,16 +352,13 @@ def test_stage_logs_throughput_to_mlflow_and_a_forced_rerun_resumes(models, tmp_
 @pytest.mark.e2e  # a CLI subprocess
 def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_path):
     """`platonic serve-chat` as a user starts it: /v1/models, a chat completion, an injected 500."""
-    import socket
+    import re
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     exe = Path(sys.executable).with_name("platonic")
-    p = subprocess.Popen(
-        [str(exe), "serve-chat", "--model", models["lm"], "--port", str(port), "--fail-every", "2"],
+    p = subprocess.Popen(  # port 0: the server binds a free port itself and prints it (no bind-then-release race)
+        [str(exe), "serve-chat", "--model", models["lm"], "--port", "0", "--fail-every", "2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -368,6 +368,7 @@ def test_serve_chat_cli_answers_the_protocol_and_injects_failures(models, tmp_pa
         while "serving" not in seen and p.poll() is None:  # printed once the model is loaded and the port bound
             seen += p.stdout.readline()
         assert "serving" in seen, seen
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/v1", seen).group(1))
         base = f"http://127.0.0.1:{port}/v1"
         assert [m["id"] for m in httpx.get(f"{base}/models").json()["data"]] == [models["lm"]]
         body = {"model": models["lm"], "messages": [{"role": "user", "content": "a red cube"}], "max_tokens": 4}

@@ -298,8 +298,16 @@ def test_runs_of_a_killed_process_are_marked_killed_by_the_next_run(tmp_path, mo
 # ---- a Prefect server that goes away mid-run --------------------------------------------------
 
 
-def _answering_server(status: int, port: int = 0):
-    """An HTTP server on 127.0.0.1 answering every GET with `status`, in a daemon thread."""
+def _port_held_closed() -> socket.socket:
+    """A TCP socket bound to a free port of 127.0.0.1 and not listening: a connection to it
+    is refused, and no other process can take the port while the socket is held."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def _serve_on(sock: socket.socket, status: int):
+    """The held socket starts answering every GET with `status` (same port, never released)."""
     import http.server
     import threading
 
@@ -311,7 +319,10 @@ def _answering_server(status: int, port: int = 0):
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", port), Answer)
+    server = http.server.HTTPServer(sock.getsockname(), Answer, bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.server_activate()  # listen() on the held socket
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -333,20 +344,20 @@ def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_even
         raise SystemExit(code)
 
     monkeypatch.setattr(os, "_exit", fake_exit)
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/api"
+    held = _port_held_closed()  # a port nothing listens on, for the whole test
+    dead = f"http://127.0.0.1:{held.getsockname()[1]}/api"
     monkeypatch.setenv("PREFECT_API_URL", dead)
     with pytest.raises(SystemExit), cli._reported_errors():
         raise httpx.ConnectError("[Errno 111] Connection refused")
     assert exits == [1]
+    held.close()
     err = capsys.readouterr().err
     assert f"error: the Prefect server at {dead} stopped answering during the run (ConnectError" in err
     assert "Every stage that finished is cached: rerun the command" in err
 
-    alive = _answering_server(401)  # a served stack's server without our credentials still answers
+    alive = _serve_on(_port_held_closed(), 401)  # a served stack's server without our credentials still answers
     try:
-        monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{alive.server_port}/api")
+        monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{alive.server_address[1]}/api")
         for error in (httpx.ReadTimeout("slow"), ValueError("a stage's own error")):
             with pytest.raises(typer.Exit) as e, cli._reported_errors():
                 raise error
@@ -357,33 +368,48 @@ def test_a_prefect_server_gone_mid_run_is_one_error_and_an_exit_without_the_even
     assert exits == [1]
 
 
-def test_the_prefect_server_watch_says_when_the_server_goes_and_comes_back(capfd):
-    from platonic.flows.services import watch_prefect_server
+def test_the_prefect_server_watch_says_when_the_server_goes_and_comes_back():
+    """The watch's state, probed for real against one port this test holds throughout (no
+    other process can take it), stepped by hand: no sleep, no deadline."""
+    from platonic.flows.services import ServerWatch
 
-    server = _answering_server(200)
-    port = server.server_port
-    url = f"http://127.0.0.1:{port}/api"
-    stop = watch_prefect_server(url, every=0.05)
-
-    def said(text: str) -> bool:
-        deadline = time.monotonic() + 10
-        seen = ""
-        while time.monotonic() < deadline:
-            seen += capfd.readouterr().err
-            if text in seen:
-                return True
-            time.sleep(0.05)
-        return False
-
-    time.sleep(0.3)
-    assert capfd.readouterr().err == ""  # up: nothing said
-    server.shutdown()
-    server.server_close()
-    assert said(f"warning: the Prefect server at {url} stopped answering: the run goes on")
-    server = _answering_server(200, port)
+    sock = _port_held_closed()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
+    watch = ServerWatch(url)
+    assert (
+        watch.poll()
+        == f"warning: the Prefect server at {url} stopped answering: the run goes on, its record there is incomplete"
+    )
+    assert watch.poll() is None  # said once
+    server = _serve_on(sock, 200)
     try:
-        assert said(f"warning: the Prefect server at {url} answers again")
+        assert watch.poll() == f"warning: the Prefect server at {url} answers again"
+        assert watch.poll() is None
     finally:
-        stop.set()
         server.shutdown()
         server.server_close()
+
+
+def test_the_watch_thread_prints_what_the_watch_says(capfd):
+    """The thread around `ServerWatch`: a scripted probe (down, down, up), then the thread is
+    stopped; what it printed is read after it has stopped, so nothing races."""
+    import threading
+
+    from platonic.flows.services import watch_prefect_server
+
+    script, done = [False, False, True], threading.Event()
+
+    def probe(url: str) -> bool:
+        if not script:  # a call after the script: the previous poll has printed what it had to
+            done.set()
+        return script.pop(0) if script else True
+
+    url = "http://127.0.0.1:9/watch-thread-test"
+    stop = watch_prefect_server(url, every=0.001, probe=probe)
+    assert done.wait(60), "the watch thread never probed three times"
+    stop.set()
+    err = capfd.readouterr().err
+    assert err.count("stopped answering") == 1 and err.count("answers again") == 1, err
+    again = watch_prefect_server(url, every=60, probe=lambda u: True)
+    again.set()
+    assert again is not stop  # a stopped watch is started anew, not handed back stopped
