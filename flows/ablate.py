@@ -17,7 +17,9 @@ from prefect import flow
 from platonic.core.ablation import Cell, grid_metrics
 from platonic.core.config import AblationConfig
 from platonic.core.contract import StageInstance
-from platonic.core.stages import ABLATE_SPECS, ABLATION_INPUTS, RUN, instances, plan
+from platonic.core.stages.ablation import ABLATE_SPECS, ABLATION_INPUTS
+from platonic.core.stages.dag import RUN, plan
+from platonic.core.stages.pipeline import instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance, run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header

@@ -45,7 +45,7 @@ def run_config(
 ) -> dict[str, Any]:
     """`run` on a loaded recipe. `command`: what builds the cache, for the error an `only`
     on an empty cache raises (UpstreamNotCached)."""
-    from platonic.core.stages import plan
+    from platonic.core.stages.dag import plan
 
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none

@@ -4,7 +4,7 @@
 
 World recipes first run the base pipeline's stages the captioner reads (world, dedup, the
 encoders' train stages: cache hits after `platonic run` on the base recipe), then the caption
-stages (platonic.core.stages CAPTION_SPECS), all through the one executor: cached by content,
+stages (platonic.core.stages.caption, CAPTION_SPECS), all through the one executor: cached by content,
 one nested MLflow run each, lineage back to the world. The report's files (table, curve,
 examples with the rendered images) go to the parent run and to `<out>/runs/<run id>/`.
 """
@@ -18,7 +18,8 @@ from prefect import flow
 from platonic.core.caption.recipe import pipeline_needs
 from platonic.core.caption.summary import summary_metrics
 from platonic.core.config import CaptionConfig, PipelineConfig
-from platonic.core.stages import FORCE, RUN, caption_instances, closure
+from platonic.core.stages.caption import caption_instances
+from platonic.core.stages.dag import FORCE, RUN, closure
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header

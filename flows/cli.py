@@ -242,7 +242,7 @@ def match(
     """Pair-free classification: k-means image clusters matched to class-name embeddings by
     their kernels alone (no image-text pair); top-1/top-5 vs chance and the labelled oracle."""
     from platonic.core.config import ClassMatchConfig
-    from platonic.core.stages import match_base
+    from platonic.core.stages.match import match_base
 
     with _reported_errors():
         cfg = load_config(config, sets, model=ClassMatchConfig)
@@ -320,7 +320,7 @@ def caption(
         fail(str(e), 1)
     with _reported_errors():
         cfg, base = load_caption(recipe, sets, base_sets)
-        from platonic.core.stages import caption_instances
+        from platonic.core.stages.caption import caption_instances
 
         known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}
         for f in force:
@@ -675,7 +675,8 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
     from rich.console import Console
     from rich.table import Table
 
-    from platonic.core.stages import SPECS, instances, upstream
+    from platonic.core.stages.dag import upstream
+    from platonic.core.stages.pipeline import SPECS, instances
 
     try:
         cfg = load_config(config)

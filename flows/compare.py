@@ -1,6 +1,6 @@
 """The comparison table as one Prefect flow: eval sets -> features (every model x set) -> grid.
 
-Every step is a stage of `platonic.core.stages` (COMPARE_SPECS), cached by content like the
+Every step is a stage of `platonic.core.stages.compare` (COMPARE_SPECS), cached by content like the
 pipeline's; one MLflow parent run per flow run.
 """
 
@@ -11,7 +11,8 @@ import json
 from prefect import flow
 
 from platonic.core.config import CompareConfig
-from platonic.core.stages import RUN, compare_instances
+from platonic.core.stages.compare import compare_instances
+from platonic.core.stages.dag import RUN
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header

@@ -3,7 +3,7 @@
 World sources first resolve the base pipeline's instances they read (the world and the
 trained models, with everything upstream), through the same executor: cache hits when the
 base recipe already ran in this out_dir. Then match_data -> match_image, match_text:* -> match,
-each a cached stage (platonic.core.stages.MATCH_SPECS) with its MLflow run; one parent run.
+each a cached stage (platonic.core.stages.match.MATCH_SPECS) with its MLflow run; one parent run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import json
 from prefect import flow
 
 from platonic.core.config import ClassMatchConfig
-from platonic.core.stages import RUN, match_base, match_base_instances, match_instances
+from platonic.core.stages.dag import RUN
+from platonic.core.stages.match import match_base, match_base_instances, match_instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header

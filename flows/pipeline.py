@@ -26,7 +26,8 @@ from platonic.core.config import (
     stable_hash,
 )
 from platonic.core.contract import UpstreamNotCached
-from platonic.core.stages import FORCE, instances, plan, uncached
+from platonic.core.stages.dag import FORCE, plan, uncached
+from platonic.core.stages.pipeline import instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header

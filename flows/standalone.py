@@ -15,7 +15,9 @@ from pathlib import Path
 from platonic.core.artifacts import ArtifactStore, Manifest
 from platonic.core.config import AuditConfig, PipelineConfig
 from platonic.core.contract import IncompleteArtifact, StageInstance
-from platonic.core.stages import FORCE, RUN, audit_inputs, corpus_source
+from platonic.core.stages.audit import audit_inputs
+from platonic.core.stages.dag import FORCE, RUN
+from platonic.core.stages.pipeline import corpus_source
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance
 from platonic.tasks.runs import parent_run, publish, run_header

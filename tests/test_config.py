@@ -1,5 +1,5 @@
 """Recipes, overrides, hashing (platonic_core/config.py) and the run plan / cache keys
-(platonic_core/stages.py)."""
+(platonic_core/stages/)."""
 
 from __future__ import annotations
 

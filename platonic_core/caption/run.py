@@ -1,4 +1,4 @@
-"""The caption stages' computations, one function per stage (stages.py adapts them).
+"""The caption stages' computations, one function per stage (stages/caption.py adapts them).
 
 caption_data -> caption_text:{encoder}, caption_image -> caption_decoder:{encoder},
 caption_map:{encoder} -> caption_eval:{encoder} -> caption_report

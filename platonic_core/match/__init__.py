@@ -6,7 +6,7 @@ Modules: `kmeans` (clusters), `solver` (the quadratic assignment: exact / FAQ + 
 gains for top-k), `matcher` (the protocol over seeds: top-1, top-k, chance, oracle), `data`
 (the world's single-object scenes, Fashion-MNIST, ImageFolder / ImageNet-100), `efficientnet`
 (EfficientNet-Lite0 in plain PyTorch), `features` (prompts and images through encoders),
-`report` (scores.json, table, plot). The stages are in `platonic_core/stages.py` (MATCH_SPECS).
+`report` (scores.json, table, plot). The stages are in `platonic_core/stages/match.py` (MATCH_SPECS).
 """
 
 from .matcher import class_features, kernel, match_classes, match_once
