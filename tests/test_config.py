@@ -1,4 +1,4 @@
-"""Recipes, overrides, hashing (platonic_core/config.py) and the run plan / cache keys
+"""Recipes, overrides, hashing (platonic_core/config/) and the run plan / cache keys
 (platonic_core/stages/)."""
 
 from __future__ import annotations

