@@ -20,7 +20,8 @@ registers the catalog. Every input text is kept or quarantined: in == kept + qua
 
 Reasons: missing_field, schema_mismatch, empty_text, invalid_utf8, control_characters,
 over_long_text, duplicate_key, unknown_image (a COCO annotation naming no image),
-malformed_csv (a CSV row whose quote does not close: readers/jsonl.py).
+malformed_csv (a CSV row whose quote does not close: readers/jsonl.py), malformed_wordnet (a
+WordNet data line that does not follow wndb(5): readers/wordnet.py).
 Memory is bounded by one batch (`ingest.batch_rows` input rows) per shard, whatever the
 shard or corpus size; the cross-shard check runs in DuckDB under a memory limit.
 """
@@ -72,6 +73,7 @@ REASONS = (
     "duplicate_key",
     "unknown_image",
     "malformed_csv",
+    "malformed_wordnet",
 )
 _INTERNAL = (MISMATCH, OVER_LONG, REASON, REASON_FIELD)
 

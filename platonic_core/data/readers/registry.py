@@ -9,11 +9,18 @@ from .coco import CocoReader
 from .jsonl import JsonlReader
 from .recap import RecapReader
 from .wds import WdsReader
+from .wordnet import WordNetReader
 
 if TYPE_CHECKING:
     from ...config import IngestConfig
 
-READERS: dict[str, type[Reader]] = {"recap": RecapReader, "wds": WdsReader, "coco": CocoReader, "jsonl": JsonlReader}
+READERS: dict[str, type[Reader]] = {
+    "recap": RecapReader,
+    "wds": WdsReader,
+    "coco": CocoReader,
+    "jsonl": JsonlReader,
+    "wordnet": WordNetReader,
+}
 
 
 def reader_for(cfg: IngestConfig) -> Reader:

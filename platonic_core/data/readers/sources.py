@@ -20,8 +20,15 @@ EXTENSIONS = {
     "wds": (".tar", ".tar.gz", ".tgz"),
     "coco": (".json",),
     "jsonl": (".jsonl", ".ndjson", ".json", ".csv", ".tsv"),
+    "wordnet": ("data.noun",),  # a WordNet dict folder holds index.* and data.* files: the nouns are read
 }
-HUB_PATTERNS = {"recap": ["data/train_data/*.parquet"], "wds": ["*.tar"], "coco": ["*.json"], "jsonl": ["*.jsonl"]}
+HUB_PATTERNS = {
+    "recap": ["data/train_data/*.parquet"],
+    "wds": ["*.tar"],
+    "coco": ["*.json"],
+    "jsonl": ["*.jsonl"],
+    "wordnet": ["data.noun"],
+}
 
 
 def _fs(uri: str):

@@ -1,0 +1,139 @@
+"""The WordNet reader (platonic_core/data/readers/wordnet.py) on a fixture in WordNet 3.0's
+own file format: 29 license lines and 31 real lines of /usr/share/wordnet/data.noun (the dog
+and cat hypernym chains, an instance hypernym, a definition quoting a phrase), plus three
+real lines made malformed (a non-hex word count, a line cut inside its pointers, a pointer
+count one short)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from platonic.core.config import IngestConfig
+from platonic.core.data.catalog import open_catalog
+from platonic.core.data.corpus import ingest_corpus
+from platonic.core.data.readers import READERS, resolve_sources
+from platonic.core.data.readers.wordnet import (
+    MalformedLine,
+    WordNetReader,
+    parse_data_line,
+    read_data_file,
+    split_gloss,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "wordnet" / "data.noun"
+REAL = Path("/usr/share/wordnet/data.noun")
+DOG = (
+    "02084071 05 n 03 dog 0 domestic_dog 0 Canis_familiaris 0 002 @ 02083346 n 0000 @ 01317541 n 0000 "
+    '| a member of the genus Canis; occurs in many breeds; "the dog barked all night"  '
+)
+
+
+def _config(**kw) -> IngestConfig:
+    # IngestConfig.source does not list "wordnet" yet (config.py is being split): built unvalidated
+    return IngestConfig.model_construct(source="wordnet", paths=[str(FIXTURE)], **kw)
+
+
+def test_a_data_line_parses_into_lemmas_definition_examples_and_hypernyms():
+    s = parse_data_line(DOG)
+    assert s.wnid == "n02084071" and s.offset == 2084071 and s.lexname == "noun.animal"
+    assert s.lemma_text == "dog, domestic dog, Canis familiaris"
+    assert s.definition == "a member of the genus Canis; occurs in many breeds"
+    assert s.examples == ("the dog barked all night",)
+    assert s.hypernyms == ("n02083346", "n01317541")
+
+
+def test_gloss_split_keeps_quotes_inside_a_definition_and_reads_examples_after_a_colon():
+    assert split_gloss('promise of reward as in "carrot and stick"') == (
+        'promise of reward as in "carrot and stick"',
+        (),
+    )
+    assert split_gloss('the act of putting: "he sent Smith in"; "too late"') == (
+        "the act of putting",
+        ("he sent Smith in", "too late"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        (DOG.replace(" 03 dog", " 0x dog"), "w_cnt"),
+        (DOG.replace("02084071 05", "2084071 05"), "synset_offset"),
+        (DOG.replace(" 002 @", " 003 @"), "pointer_symbol"),  # declares a pointer the line lacks
+        (DOG.replace(" 002 @", " 001 @"), "p_cnt"),  # holds a pointer it does not declare
+        (DOG.replace(" 0000 @", " 00x0 @"), "source_target"),
+        (DOG.split("|")[0], "gloss"),  # cut before the gloss
+        ("02084071 05 n", "w_cnt"),
+        (DOG.replace(" 05 n", " 77 n"), "lex_filenum"),
+    ],
+)
+def test_malformed_lines_name_the_field(line, field):
+    with pytest.raises(MalformedLine) as e:
+        parse_data_line(line)
+    assert e.value.field == field
+
+
+def test_fixture_counts_add_up():
+    d = read_data_file(FIXTURE)
+    assert d.header_lines == 29 and len(d.synsets) == 31
+    assert [(i, f) for i, f, _ in d.malformed] == [(38, "w_cnt"), (49, "pointer_offset"), (57, "p_cnt")]
+    assert d.lines == len(FIXTURE.read_text().splitlines())
+    by = {s.wnid: s for s in d.synsets}
+    assert by["n00060548"].hypernyms == ("n00058743",)  # Hegira: an instance hypernym (@i)
+    assert by["n00001740"].hypernyms == ()  # entity: the root
+    assert by["n00024720"].examples == (
+        "the current state of knowledge",
+        "his state of health",
+        "in a weak financial state",
+    )
+
+
+def test_ingest_keeps_every_synset_text_and_quarantines_the_malformed_lines(tmp_path):
+    assert READERS["wordnet"] is WordNetReader
+    shards = resolve_sources([str(FIXTURE.parent)], "wordnet")
+    assert [Path(s.uri).name for s in shards] == ["data.noun"]
+    counts, results = ingest_corpus(shards, _config(batch_rows=7), tmp_path / "out", tmp_path / "cache")
+    d = read_data_file(FIXTURE)
+    n_texts = sum(2 + len(s.examples) for s in d.synsets)
+    assert results[0].status == "ingested"
+    assert counts["kept"] == n_texts and counts["quarantined"] == 3 == counts["quarantined_malformed_wordnet"]
+    assert counts["in"] == counts["kept"] + counts["quarantined"]
+    texts = pq.read_table(next((tmp_path / "out" / "texts").glob("*/data.parquet"))).to_pylist()
+    dog = {t["text_id"]: t for t in texts if t["image_id"] == "n02084071"}
+    assert set(dog) == {"n02084071:wn_lemmas:0", "n02084071:wn_definition:0", "n02084071:wn_example:0"}
+    row = dog["n02084071:wn_lemmas:0"]
+    assert row["text"] == "dog, domestic dog, Canis familiaris" and row["hypernyms"] == "n02083346 n01317541"
+    assert row["lexname"] == "noun.animal" and row["synset_offset"] == 2084071
+    assert FIXTURE.read_text().splitlines()[row["source_row"]].startswith("02084071 ")
+    con = open_catalog(tmp_path / "out" / "catalog.duckdb")
+    q = con.execute("SELECT source_row, field, reason, raw FROM quarantine ORDER BY source_row").fetchall()
+    kinds = dict(con.execute("SELECT source_kind, count(*) FROM texts GROUP BY 1").fetchall())
+    con.close()
+    assert [(r, f, why) for r, f, why, _ in q] == [
+        (38, "w_cnt", "malformed_wordnet"),
+        (49, "pointer_offset", "malformed_wordnet"),
+        (57, "p_cnt", "malformed_wordnet"),
+    ]
+    assert q[0][3] == FIXTURE.read_text().splitlines()[38]  # the raw line
+    assert kinds == {"wn_lemmas": 31, "wn_definition": 31, "wn_example": n_texts - 62}
+
+
+def test_reader_counts_the_license_lines_it_skips():
+    reader = WordNetReader(_config())
+    shard = resolve_sources([str(FIXTURE)], "wordnet")[0]
+    rows = sum(b.rows.num_rows for b in reader.batches(shard))
+    assert reader.header_lines[shard.id] == 29
+    d = read_data_file(FIXTURE)
+    assert rows == len(d.synsets) + sum(len(s.examples) for s in d.synsets) + len(d.malformed)
+
+
+@pytest.mark.skipif(not REAL.is_file(), reason="WordNet 3.0 is not installed (apt-get install wordnet-base)")
+def test_real_wordnet_noun_file():
+    d = read_data_file(REAL)
+    assert len(d.synsets) == 82_115 and d.header_lines == 29 and d.malformed == []
+    by = {s.wnid: s for s in d.synsets}
+    assert by["n02084071"].lemma_text == "dog, domestic dog, Canis familiaris"
+    # every hypernym pointer lands on a synset of the file
+    assert all(h in by for s in d.synsets for h in s.hypernyms)
