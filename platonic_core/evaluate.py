@@ -40,15 +40,24 @@ def run_evaluate(
     labels: dict[str, str] | None = None,
     views: dict[str, str] | None = None,
     ceiling_dir: Path | None = None,
+    references_dir: Path | None = None,
 ) -> dict:
     """Score every text model against the image model; with a ceiling artifact (the synthetic
-    world), each score also as a fraction of the learned ceiling (ceiling.py)."""
+    world), each score also as a fraction of the learned ceiling (ceiling.py); with a
+    references artifact (real data), the reference rows beside them (realdata/references.py).
+    Where the image side defines subsets (the concept set's dog classes), each model is also
+    scored on each subset's items alone, at its best layer pair."""
+    from .realdata.evalset import subsets_of
+
     ids = {m: pq.read_table(d / "ids.parquet")["image_id"].to_pylist() for m, d in embeds.items()}
     ref = ids[cfg.image_model]
     for m, i in ids.items():
         if i != ref:
             raise ValueError(f"embed:{m} and embed:{cfg.image_model} cover different eval images")
     image = load_features(embeds[cfg.image_model] / "features.npz")
+    position = {w: i for i, w in enumerate(ref)}
+    # a subset is scored when it has more than k items
+    subsets = {n: [position[w] for w in ws] for n, ws in subsets_of(embeds[cfg.image_model]).items() if len(ws) > cfg.k}
     scores = {}
     for m in cfg.text_models:
         text = load_features(embeds[m] / "features.npz")
@@ -60,6 +69,18 @@ def run_evaluate(
             "per_layer": s.per_layer,
             "procrustes": rotation_fit(text[s.layer_a], image[s.layer_b]),
         }
+        if subsets:
+            scores[m]["subsets"] = {
+                n: alignment(
+                    [text[s.layer_a][r]],
+                    [image[s.layer_b][r]],
+                    k=cfg.k,
+                    clamp_q=cfg.clamp_quantile,
+                    clamp=cfg.clamp,
+                    n_boot=0,
+                ).score
+                for n, r in subsets.items()
+            }
     chance = cfg.k / (len(ref) - 1)
     ceilings = {}
     if ceiling_dir is not None:
@@ -68,6 +89,9 @@ def run_evaluate(
         if "learned" in ceilings:
             for s in scores.values():
                 s["fraction_of_ceiling"] = s["mutual_knn"] / ceilings["learned"]
+    references = {}
+    if references_dir is not None:
+        references = json.loads((references_dir / "references.json").read_text())["rows"]
     result = {
         "metric": "mutual_knn",
         "k": cfg.k,
@@ -76,6 +100,7 @@ def run_evaluate(
         "chance": chance,
         "models": scores,
         "ceilings": ceilings,  # oracle name -> its score; "learned" is the ceiling (ceiling.py)
+        "references": references,  # real data: row -> its score (realdata/references.py)
         "labels": labels or {},
         "views": views or {},
     }

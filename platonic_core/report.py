@@ -39,6 +39,7 @@ def alignment_table(result: dict) -> str:
     if ceilings:
         lines += ["", "| oracle (ceiling.py) | mutual kNN | what it is |", "|---|---|---|"]
         lines += [f"| {k} | {v:.4f} | {ORACLES.get(k, '')} |" for k, v in ceilings.items()]
+    lines += _subset_and_reference_rows(result)
     width = max(len(s["per_layer"]) for s in result["models"].values())
     lines += [
         "",
@@ -52,6 +53,34 @@ def alignment_table(result: dict) -> str:
         cells = [f"**{v:.4f}**" if i == s["layer_a"] else f"{v:.4f}" for i, v in enumerate(best)]
         lines.append(f"| {m} | " + " | ".join(cells + [""] * (width - len(cells))) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _subset_and_reference_rows(result: dict) -> list[str]:
+    """Real data: every model and reference row on all items and on each subset."""
+    refs = result.get("references") or {}
+    names = sorted({n for s in result["models"].values() for n in s.get("subsets", {})})
+    if not refs and not names:
+        return []
+    head = "| row | all items | " + " | ".join(names) + (" | " if names else "") + "what it is |"
+    lines = [
+        "",
+        f"Trained models beside the reference rows (mutual {result['k']}-NN, all {result['n']} items"
+        + (f" and each subset: {', '.join(names)})." if names else ")."),
+        "",
+        head,
+        "|---|---|" + "---|" * len(names) + "---|",
+    ]
+
+    def row(name: str, score: str, subsets: dict, what: str) -> str:
+        cells = " | ".join(f"{subsets[n]:.4f}" if n in subsets else "" for n in names)
+        return f"| {name} | {score} | " + cells + (" | " if names else "") + f"{what} |"
+
+    for m, s in sorted(result["models"].items(), key=lambda kv: -kv[1]["mutual_knn"]):
+        lines.append(row(m, f"{s['mutual_knn']:.4f}", s.get("subsets", {}), result.get("labels", {}).get(m, "")))
+    for name, r in sorted(refs.items(), key=lambda kv: -kv[1]["mutual_knn"]):
+        score = f"{r['mutual_knn']:.4f}" + (f" ± {r['sd']:.4f}" if "sd" in r else "")
+        lines.append(row(f"ref: {name}", score, r.get("subsets", {}), r.get("note", "")))
+    return lines
 
 
 def alignment_plot(result: dict, path: Path) -> None:

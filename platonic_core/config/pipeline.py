@@ -68,11 +68,14 @@ class IngestConfig(Section):
     - wds: webdataset tars (`txt` and/or `json.<field>` texts; images located, not decoded)
     - coco: Karpathy dataset_{coco,flickr30k}.json or COCO captions_*.json
     - jsonl: JSON lines or CSV/TSV, columns mapped by `id_column`, `text_columns`
+    - wordnet: WordNet 3.0's data.noun (Debian's wordnet-base): one image-less item per
+      synset (its wnid), its lemma list, definition and examples the texts; the eval set is
+      then the ImageNet-1k classes as concepts (`concepts`, docs/realdata.md)
 
     `paths`: files, folders, globs, fsspec URIs or `hf://datasets/<org>/<name>[@rev]`.
     """
 
-    source: Literal["world", "recap", "wds", "coco", "jsonl"] = "world"
+    source: Literal["world", "recap", "wds", "coco", "jsonl", "wordnet"] = "world"
     paths: list[str] = []
     revision: str | None = None  # hub sources: the revision (commit, tag, branch) to pin
     allow_patterns: list[str] = []  # a subset of shards (fnmatch on the path in the folder/repo)
@@ -86,8 +89,8 @@ class IngestConfig(Section):
     @model_validator(mode="after")
     def _check_source(self) -> IngestConfig:
         if self.source == "world" and self.paths:
-            raise ValueError("paths are read by corpus sources (recap, wds, coco, jsonl), not by source 'world'")
-        kinds = {"alt", "recap", "paraphrase", "caption"}
+            raise ValueError("paths are read by corpus sources (recap, wds, coco, jsonl, wordnet), not by 'world'")
+        kinds = {"alt", "recap", "paraphrase", "caption", "wn_lemmas", "wn_definition", "wn_example"}
         for col, kind in self.text_columns.items():
             if kind not in kinds:
                 raise ValueError(f"text_columns.{col}: source kind {kind!r} is not one of {sorted(kinds)}")
@@ -155,7 +158,8 @@ class PositivesConfig(Section):
     and `vllm` (offline batch in its own interpreter, `vllm_python`) run real models on the
     ingested alt-texts and images (platonic_core/positives/)."""
 
-    backend: Literal["world", "openai", "transformers", "vllm"] = "world"
+    # none: no extra texts, the corpus's own texts are the positives (WordNet: a synset's texts)
+    backend: Literal["world", "openai", "transformers", "vllm", "none"] = "world"
     recaptions: int = Field(2, ge=0)
     paraphrases: int = Field(1, ge=0)
     seed: Seed = 0
@@ -173,7 +177,7 @@ class PositivesConfig(Section):
 
     @model_validator(mode="after")
     def _check_models(self) -> PositivesConfig:
-        if self.backend != "world":
+        if self.backend not in ("world", "none"):
             for task, n in (("recaption", self.recaptions), ("paraphrase", self.paraphrases)):
                 if n and not getattr(self.models, task).id:
                     raise ValueError(f"backend {self.backend!r} needs positives.models.{task}.id (the {task} model)")
@@ -476,6 +480,26 @@ class FanoutConfig(Section):
     address: str | None = None
 
 
+# the reference rows of the real-data study (platonic_core/realdata/references.py)
+Reference = Literal["random", "permutation", "tfidf", "ancestors", "minilm", "gemma"]
+
+
+class ConceptsConfig(Section):
+    """The real-data eval set (`ingest.source: wordnet`): the ImageNet-1k classes as concepts
+    (platonic_core/realdata/, docs/realdata.md). Image side: `classifier`'s class prototypes
+    (its final layer's rows); text side: each class's synset through `template`. `classes`:
+    the first N classes in wnid order (0: all 1,000; small recipes and tests). `references`:
+    the rows every score stands beside, computed once and cached (`references` stage)."""
+
+    wordnet: str = "/usr/share/wordnet/data.noun"
+    classifier: Literal["efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2"] = "efficientnet_lite0"
+    template: Literal["lemmas_definition", "lemmas", "definition"] = "lemmas_definition"
+    classes: int = Field(0, ge=0, le=1000)
+    subsets: dict[str, str] = {"dogs": "n02084071"}  # name -> root synset: scores on its classes alone
+    references: list[Reference] = ["random", "permutation", "tfidf", "ancestors", "minilm"]
+    permutations: int = Field(20, ge=1, le=1000)  # draws of the random and permutation rows
+
+
 class PipelineConfig(Section):
     name: str = "demo"
     seed: Seed = 0
@@ -489,6 +513,7 @@ class PipelineConfig(Section):
     train: TrainConfig
     embed: EmbedConfig = EmbedConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    concepts: ConceptsConfig = ConceptsConfig()
     services: ServicesConfig = ServicesConfig()
     fanout: FanoutConfig = FanoutConfig()
 
@@ -496,9 +521,21 @@ class PipelineConfig(Section):
     def _check_refs(self) -> PipelineConfig:
         names = set(self.train.models)
         ev = self.evaluate
-        for ref in [ev.image_model, *ev.text_models]:
+        for ref in ev.text_models:
             if ref not in names:
                 raise ValueError(f"evaluate refers to model {ref!r}, not in train.models {sorted(names)}")
+        if self.ingest.source == "wordnet":  # the image side is the concepts' classifier, not a trained model
+            if ev.image_model in names:
+                raise ValueError(
+                    f"evaluate.image_model {ev.image_model!r}: with ingest.source wordnet the image side is "
+                    "concepts.classifier's prototypes; name it something no train model is called (e.g. classifier)"
+                )
+            n = self.concepts.classes or 1000
+            if ev.k >= n:
+                raise ValueError(f"evaluate.k = {ev.k} needs more than k classes (concepts.classes = {n})")
+            return self
+        if ev.image_model not in names:
+            raise ValueError(f"evaluate refers to model {ev.image_model!r}, not in train.models {sorted(names)}")
         if self.train.models[ev.image_model].kind != "image_jepa":
             raise ValueError(f"evaluate.image_model {ev.image_model!r} is not an image_jepa")
         if self.world.max_objects < self.world.min_objects:

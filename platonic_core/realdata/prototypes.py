@@ -27,6 +27,13 @@ def _packaged(name: str) -> Path:
     return Path(getattr(pkg, cls).get_model_file_path())
 
 
+def weights_file(name: str) -> Path:
+    """The weights file classifier `name`'s package ships (what the concepts stage hashes)."""
+    if name not in CLASSIFIERS:
+        raise ValueError(f"classifier {name!r} is not one of {sorted(CLASSIFIERS)}")
+    return _packaged(name)
+
+
 def classifier_prototypes(name: str = "efficientnet_lite0", path: str | Path | None = None) -> np.ndarray:
     """(classes, features) float32: the final layer's weight rows of classifier `name`
     (weights: `path`, else its package's)."""

