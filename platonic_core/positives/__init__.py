@@ -20,8 +20,8 @@ Imports run one way: jobs.py <- the backends <- backends.py <- corpus.py -> gene
 from .backends import make_backend
 from .corpus import generate_corpus
 from .generate import generate_shard
-from .jobs import ChatBackend
 from .generator import Generator, generate_positives
+from .jobs import ChatBackend
 from .world_backend import WorldGenerator
 
 __all__ = [
