@@ -1,7 +1,8 @@
-"""The app: the `platonic` CLI (cli.py), the Prefect flows (pipeline, compare, ablate), the
-standalone commands (standalone.py), service set-up (services.py) and developer tools
-(standins.py, serve_chat.py). The DAG and every computation live in `platonic.core`; the
-stage contract is applied by `platonic.tasks.executor`."""
+"""The app: the `platonic` CLI (cli.py, wiring the command groups of commands/), the Prefect
+flows (pipeline, compare, ablate), the standalone commands (standalone.py), service set-up
+(services.py) and developer tools (standins.py, serve_chat.py). The DAG and every
+computation live in `platonic.core`; the stage contract is applied by
+`platonic.tasks.executor`."""
 
 from platonic.core.cpus import short_openmp_spins
 

@@ -83,7 +83,7 @@ def test_dask_fanout_of_positives_shards_matches_the_inline_run(tmp_path, prefec
     backend; the generated texts are those of the in-process run (seeds are per request)."""
     from platonic.core.config import PositivesConfig
     from platonic.core.positives import make_backend
-    from platonic.core.positives.generate import generate_corpus
+    from platonic.core.positives.corpus import generate_corpus
     from platonic.core.positives.images import input_shards
     from platonic.flows.standins import build_generation_standins
 

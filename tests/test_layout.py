@@ -3,6 +3,7 @@ imports neither Prefect, MLflow nor the app."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,60 @@ def test_the_library_imports_no_prefect_mlflow_or_app():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "", f"platonic.core pulled in: {p.stdout.strip()[:500]}"
+
+
+def _imported_modules(tree: ast.Module, package: list[str], modules: set[str]) -> set[str]:
+    """The modules of `modules` an import statement of `tree` names, module-level or deferred
+    into a function (a deferred import hides a cycle at import time, it does not remove it);
+    `if TYPE_CHECKING:` blocks never run and do not count."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name.replace("platonic.core", "platonic_core", 1) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+            else:
+                base = (node.module or "").replace("platonic.core", "platonic_core", 1)
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found & modules
+
+
+def test_the_library_has_no_import_cycle():
+    """No two modules of platonic_core import each other, directly or around a loop (the
+    positives backends and the shard loop once did, through backends.py)."""
+    files = {}
+    for f in (ROOT / "platonic_core").rglob("*.py"):
+        parts = f.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    graph = {}
+    for name, f in files.items():
+        package = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
+        graph[name] = _imported_modules(ast.parse(f.read_text()), package, set(files)) - {name}
+    # depth-first search; a module met again while still on the path closes a cycle
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+    cycles: list[list[str]] = []
+
+    def walk(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append([*path[path.index(n) :], n])
+            elif n not in state:
+                walk(n)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m)
+    assert not cycles, "import cycles in platonic_core:\n" + "\n".join(" -> ".join(c) for c in cycles)

@@ -134,7 +134,7 @@ def test_imagenet100_recipe_on_an_imagefolder_fixture(tmp_path, prefect_harness)
 @pytest.mark.slow
 def test_real_fashion_mnist_match_with_real_models(tmp_path, prefect_harness):
     """The real run, smaller: 50 Fashion-MNIST test images per class through the ImageNet
-    EfficientNet-Lite0, class names through all-MiniLM-L6-v2 (the README's numbers: the full
+    EfficientNet-Lite0, class names through all-MiniLM-L6-v2 (docs/match.md's numbers: the full
     recipe, 200 per class, with Gemma 3 270M too)."""
     from platonic.core.match.data import FASHION_MNIST_DIR
 

@@ -23,8 +23,9 @@ import pytest
 
 from platonic.core.config import IngestConfig, PositivesConfig, WorldConfig
 from platonic.core.positives import generate_corpus, make_backend
-from platonic.core.positives.generate import GEN_SCHEMA, Completion, sha256
+from platonic.core.positives.generate import GEN_SCHEMA, sha256
 from platonic.core.positives.images import image_source, input_shards
+from platonic.core.positives.jobs import Completion
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_VLLM = ROOT / "tests" / "fixtures" / "fake_vllm"

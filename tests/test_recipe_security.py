@@ -63,7 +63,7 @@ def test_vllm_python_accepts_a_real_interpreter_and_runs_it_without_a_shell(monk
     assert cfg.positives.vllm_python == sys.executable
     import subprocess as sp
 
-    from platonic.core.positives.generate import Job
+    from platonic.core.positives.jobs import Job
     from platonic.core.positives.vllm_offline import RUNNER, VllmOfflineBackend
 
     seen = {}

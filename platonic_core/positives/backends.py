@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..config import PositivesConfig
-    from .generate import ChatBackend
+    from .jobs import ChatBackend
 
 
 def make_backend(cfg: PositivesConfig) -> ChatBackend:

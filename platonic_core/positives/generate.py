@@ -1,4 +1,5 @@
-"""Positives from real models: requests, chat messages, the resumable shard loop, assembly.
+"""Positives from real models: requests, chat messages, the resumable shard loop, assembly
+(the job types a backend sees: jobs.py; a whole corpus, fanned out or not: corpus.py).
 
 Every backend (`openai_http`, `transformers_backend`, `vllm_offline`) takes the same input:
 OpenAI chat messages. A recaption request is one user turn with the image as a base64
@@ -24,21 +25,20 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data.schema import QUARANTINE_SCHEMA, TEXT_SCHEMA, text_table
+from .jobs import TASKS, ChatBackend, Completion, ImageSource, Job, Request
 
 if TYPE_CHECKING:
     from ..config import PositivesConfig
 
-# task (the source_kind of the rows it makes) -> the prompt / model key in the recipe
-TASKS = {"recap": "recaption", "paraphrase": "paraphrase"}
 DONE = "_DONE.json"
 
 # one row per requested generation, ok or failed: the provenance of every generated text
@@ -68,51 +68,6 @@ GEN_SCHEMA = pa.schema(
         ("seconds", pa.float64()),  # backend latency of this request (batch time / batch size in process)
     ]
 )
-
-
-@dataclass(frozen=True)
-class Request:
-    image_id: str
-    task: str  # recap | paraphrase
-    index: int
-    source_row: int
-    text: str | None = None  # paraphrase: the alt-text; recap: None (the image is fetched by id)
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.image_id, self.task, self.index)
-
-    @property
-    def text_id(self) -> str:
-        return f"{self.image_id}:{self.task}:{self.index}"
-
-
-@dataclass
-class Completion:
-    text: str | None
-    reason: str | None = None  # None: fine
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
-
-
-@dataclass
-class Job:
-    request: Request
-    messages: list[dict]
-    seed: int
-
-
-class ChatBackend(Protocol):
-    """A generator of chat completions. `generate` consumes `jobs` lazily (images are read
-    as jobs are drawn) and yields each finished batch of at most `batch_size` jobs."""
-
-    name: str
-
-    def generate(self, task: str, jobs: Iterable[Job], batch_size: int) -> Iterator[list[tuple[Job, Completion]]]: ...
-
-
-ImageSource = Callable[[str], tuple[bytes, str]]  # image id -> (bytes, MIME type)
 
 
 # ---- prompts and provenance --------------------------------------------------------------
@@ -415,81 +370,3 @@ def assemble(inputs: list[pa.Table], gens: pa.Table, out: Path) -> dict[str, int
         k = "failed_" + r["reason"].split(":")[0]
         counts[k] = counts.get(k, 0) + 1
     return counts
-
-
-# ---- the whole corpus ------------------------------------------------------------------------
-
-
-def _shard_images(
-    shard: str, cfg: PositivesConfig, images_for: Callable[[str], ImageSource | None] | None
-) -> ImageSource | None:
-    images = images_for(shard) if images_for is not None and cfg.recaptions else None
-    if cfg.recaptions and images is None:
-        raise ValueError(
-            f"positives: recaptions need images, and the ingest located none for shard {shard!r} "
-            "(images are located for the world and for webdataset corpora); set "
-            "positives.recaptions=0 to paraphrase only"
-        )
-    return images
-
-
-def generate_shard_with_own_backend(
-    shard: str, path: Path, cfg: PositivesConfig, work: Path, images_for: Callable[[str], ImageSource | None] | None
-) -> ShardRun:
-    """`generate_shard` in a fan-out worker: it builds its own backend (an HTTP client, a
-    model, a vLLM runner) from the recipe, since none of those travel between processes."""
-    from .backends import make_backend
-
-    return generate_shard(
-        shard, pq.read_table(path).to_pylist(), cfg, make_backend(cfg), work, _shard_images(shard, cfg, images_for)
-    )
-
-
-def generate_corpus(
-    shards: list[tuple[str, Path]],
-    cfg: PositivesConfig,
-    backend: ChatBackend | None,
-    work: Path,
-    out: Path,
-    images_for: Callable[[str], ImageSource | None] | None = None,
-    progress: Callable[[ShardRun], None] | None = None,
-    on_batch: Callable[[str, int, int], None] | None = None,
-    mapper: Callable[[Callable, list[tuple]], list] | None = None,
-) -> tuple[dict[str, int], dict]:
-    """Every input shard through `generate_shard` (finished shards skipped), then the
-    stage's files (`assemble`). Returns (counts, stats); stats carry this run's throughput:
-    generated texts and completion tokens per second of generation (shards finished by an
-    earlier run do not count). `mapper(fn, calls) -> results in call order` runs the shards
-    elsewhere (the pipeline's Dask fan-out), each worker with a backend of its own."""
-    runs, inputs = [], [pq.read_table(path) for _, path in shards]
-    if mapper is not None:
-        for shard, _ in shards:
-            _shard_images(shard, cfg, images_for)  # fail before anything is sent out
-        runs = mapper(generate_shard_with_own_backend, [(shard, path, cfg, work, images_for) for shard, path in shards])
-        for r in runs:
-            if progress:
-                progress(r)
-    else:
-        for (shard, _), table in zip(shards, inputs, strict=True):
-            runs.append(
-                generate_shard(
-                    shard, table.to_pylist(), cfg, backend, work, _shard_images(shard, cfg, images_for), on_batch
-                )
-            )
-            if progress:
-                progress(runs[-1])
-    counts = assemble(inputs, read_generations(work, [s for s, _ in shards]), out)
-    counts |= {
-        "shards": len(runs),
-        "shards_skipped": sum(r.status == "done" for r in runs),
-        "resumed_rows": sum(r.resumed_from for r in runs),
-    }
-    seconds = sum(r.seconds for r in runs)
-    new_rows, new_tokens = sum(r.new_rows for r in runs), sum(r.new_tokens for r in runs)
-    stats = {
-        "generation_seconds": round(seconds, 3),
-        "generated_this_run": new_rows,
-        "texts_per_s": round(new_rows / seconds, 3) if seconds > 0 else 0.0,
-        "tokens_per_s": round(new_tokens / seconds, 3) if seconds > 0 else 0.0,
-    }
-    return counts, stats

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from .generate import TASKS, Completion, Job
+from .jobs import TASKS, Completion, Job
 
 if TYPE_CHECKING:
     from ..config import PositivesConfig

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .generate import TASKS, Completion, Job
+from .jobs import TASKS, Completion, Job
 
 if TYPE_CHECKING:
     from ..config import PositivesConfig

@@ -1,0 +1,46 @@
+"""What several command groups share: `fail` (one `error:` line and an exit code) and
+`_reported_errors` (a run's errors mapped to exit codes 1 and 2)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import typer
+
+from platonic.core.config import ConfigError
+
+from .. import services
+
+
+def fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _reported_errors():
+    """Recipe errors, unreadable sources, an output folder holding the user's files -> exit 2;
+    missing cache, a failed stage or a Prefect server gone mid-run -> exit 1; one `error:`
+    line each (Prefect has already logged a failed stage's traceback)."""
+    from platonic.core.artifacts import ForeignFolderError
+    from platonic.core.contract import UpstreamNotCached
+    from platonic.core.data.readers import SourceError
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except (ConfigError, SourceError, ForeignFolderError) as e:
+        fail(str(e))
+    except UpstreamNotCached as e:
+        fail(str(e), 1)
+    except Exception as e:
+        if url := services.lost_prefect_server(e):
+            typer.echo(
+                f"error: the Prefect server at {url} stopped answering during the run ({type(e).__name__}: {e}). "
+                "Every stage that finished is cached: rerun the command to finish (with no server up, it starts "
+                "a temporary one).",
+                err=True,
+            )
+            services.exit_now(1)
+        fail(f"the run failed: {type(e).__name__}: {e}", 1)

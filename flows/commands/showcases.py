@@ -1,0 +1,145 @@
+"""The flows beyond the pipeline: `caption`, `match`, `compare`, and `stand-ins` (the tiny local
+models `compare_tiny.yaml` and the positives backends run on)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from platonic.core.config import ConfigError, load_config
+
+from .. import services
+from .common import _reported_errors, fail
+
+
+def compare(
+    config: Path = typer.Argument(..., help="comparison recipe, e.g. configs/paper_table.yaml"),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+) -> None:
+    """The paper's table: every text model x vision encoder x eval set (mutual kNN, cached)."""
+    from platonic.core.config import CompareConfig
+
+    with _reported_errors():
+        cfg = load_config(config, sets, model=CompareConfig)
+        services.embedded_defaults()
+        services.choose_prefect_server()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from ..compare import compare_flow
+
+            results = compare_flow(cfg.model_dump(mode="json"))
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+    else:
+        typer.echo((Path(results["output_dir"]) / "table.md").read_text())
+        typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+def match(
+    config: str = typer.Argument(
+        ..., help="match recipe: a YAML file (configs/match_world.yaml) or a packaged name (match_world)"
+    ),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+) -> None:
+    """Pair-free classification: k-means image clusters matched to class-name embeddings by
+    their kernels alone (no image-text pair); top-1/top-5 vs chance and the labelled oracle."""
+    from platonic.core.config import ClassMatchConfig
+    from platonic.core.stages import match_base
+
+    with _reported_errors():
+        cfg = load_config(config, sets, model=ClassMatchConfig)
+        match_base(cfg)  # a bad base recipe or model name fails here, before Prefect starts
+        services.embedded_defaults()
+        services.choose_prefect_server()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from ..match import match_flow
+
+            results = match_flow(cfg.model_dump(mode="json"))
+    if as_json:
+        short = {k: v for k, v in results.items() if k != "scores"} | {"scores": _match_summary(results)}
+        typer.echo(json.dumps(short, indent=1))
+    else:
+        typer.echo((Path(results["output_dir"]) / "table.md").read_text())
+        typer.echo(f"results: {results['output_dir']}/results.json   MLflow run id: {results['run_id']}")
+
+
+def _match_summary(results: dict) -> dict:
+    """The scores without per-seed records (those stay in results.json)."""
+    return {
+        cs: {m: {k: v for k, v in r.items() if k != "runs"} for m, r in models.items()}
+        for cs, models in results["scores"].items()
+    }
+
+
+def caption(
+    recipe: str = typer.Argument(
+        ..., help="caption recipe: a YAML file (configs/caption_world.yaml) or a packaged name (caption_world)"
+    ),
+    sets: list[str] = typer.Option([], "--set", help="override a caption field: key=value, e.g. seeds=[0]"),
+    base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe"),
+    force: list[str] = typer.Option([], "--force", help="re-execute this caption stage even on a cache hit"),
+    as_json: bool = typer.Option(False, "--json", help="print the results (run ids, summary) as JSON to stdout"),
+) -> None:
+    """Captions through one map: image encoder -> linear map (paired at N pairs, or pair-free) ->
+    a decoder trained on text only; scored with pycocoevalcap (needs Java)."""
+    from platonic.core.caption.recipe import load_caption
+    from platonic.core.caption.score import MissingJava, MissingScorer, require_java, require_scorer
+
+    try:  # before anything runs: scoring needs both
+        require_scorer()
+        require_java()
+    except (MissingJava, MissingScorer) as e:
+        fail(str(e), 1)
+    with _reported_errors():
+        cfg, base = load_caption(recipe, sets, base_sets)
+        from platonic.core.stages import caption_instances
+
+        known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}
+        for f in force:
+            if f not in known:
+                raise ConfigError(f"--force {f!r}: not a caption stage ({', '.join(sorted(known))})")
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        if base is not None:
+            services.apply(base.services)
+        else:
+            services.embedded_defaults()
+        services.choose_prefect_server()
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from ..caption import caption_flow
+
+            results = caption_flow(
+                cfg.model_dump(mode="json"), base.model_dump(mode="json") if base else None, force=force or None
+            )
+    if as_json:
+        typer.echo(json.dumps(results, indent=1))
+        return
+    out = Path(results["output_dir"])
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"outputs:       {out}  (table.md, curve.png, examples.md, examples.html)")
+    typer.echo(f"MLflow run id: {results['run_id']}   (experiment {results['experiment']!r})")
+
+
+def stand_ins(
+    out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
+    n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set"),
+) -> None:
+    """Build tiny local models + a PRH-format eval set for `platonic compare configs/compare_tiny.yaml`."""
+    from platonic.flows.standins import build_standins
+
+    for k, v in build_standins(out, n=n).items():
+        typer.echo(f"{k:10s} {v}")
+    # tiny generators for the positives backends (serve-chat, transformers, the vLLM stand-in)
+    import pyarrow.parquet as pq
+
+    from platonic.flows.standins import build_generation_standins
+
+    texts = pq.read_table(out / "world" / "alt_texts.parquet", columns=["text"])["text"].to_pylist()
+    for k, v in build_generation_standins(out, texts).items():
+        typer.echo(f"gen-{k:6s} {v}")
