@@ -19,7 +19,8 @@ from platonic.core.caption.recipe import pipeline_needs
 from platonic.core.caption.summary import summary_metrics
 from platonic.core.config import CaptionConfig, PipelineConfig
 from platonic.core.stages.caption import caption_instances
-from platonic.core.stages.dag import FORCE, RUN, closure
+from platonic.core.stages.dag import FORCE, RUN
+from platonic.core.stages.pipeline import closure
 from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header

@@ -45,7 +45,8 @@ from platonic.core.contract import (
     config_view,
     input_digests,
 )
-from platonic.core.stages.dag import CACHED_ONLY, FORCE, SKIP, instance_inputs, spec_of
+from platonic.core.stages.dag import CACHED_ONLY, FORCE, SKIP, instance_inputs
+from platonic.core.stages.registry import spec_of
 
 from . import tracking
 from .fanout import mapper_for

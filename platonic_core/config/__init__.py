@@ -9,12 +9,13 @@ Where each thing is (everything is re-exported here: `from platonic.core.config 
 - recipe.py: the flow-agnostic machinery. ConfigError, Section (the base of every section),
   the shared field types Seed and Threads, the YAML bounds (MAX_RECIPE_BYTES, MAX_YAML_NODES,
   MAX_YAML_DEPTH) and load_yaml, parse_override, check_overrides, apply_overrides,
-  read_recipe, validate_recipe, load_config, to_plain, stable_hash, get_path.
+  read_recipe, validate_as, to_plain, stable_hash, get_path; validate_recipe and load_config
+  (the pipeline's recipe by default) are defined here, beside every flow's sections.
 - pipeline.py: the pipeline recipe (`platonic run`), PipelineConfig and one section per stage:
   WorldConfig, IngestConfig, PositivesConfig (GenModelConfig, GenModelsConfig, PromptsConfig,
   SamplingConfig, GenHttpConfig), MatchConfig (NearConfig, EmbedMatchConfig, Level),
   DedupConfig, ViewsConfig, TrainConfig (ModelConfig, OptimConfig), EmbedConfig,
-  EvaluateConfig (CeilingConfig), ServicesConfig, FanoutConfig; and DEPLOYMENT_OVERRIDES,
+  EvaluateConfig (CeilingConfig), ConceptsConfig (real data), ServicesConfig, FanoutConfig; and DEPLOYMENT_OVERRIDES,
   what a deployment run may override. The other flows import the sections they share from it.
 - compare.py: `platonic compare`, CompareConfig (EvalSetConfig, FeatureModelConfig, RetrievalConfig).
 - caption.py: `platonic caption`, CaptionConfig (CaptionEncoderConfig, CaptionDataConfig,
@@ -30,6 +31,9 @@ patches the module that reads it, not this package.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from .ablation import AblationConfig, AblationRow, EfficiencyConfig, ScalingConfig, SweepConfig, cell_rows
 from .audit import AuditConfig
@@ -84,13 +88,12 @@ from .recipe import (
     apply_overrides,
     check_overrides,
     get_path,
-    load_config,
     load_yaml,
     parse_override,
     read_recipe,
     stable_hash,
     to_plain,
-    validate_recipe,
+    validate_as,
 )
 
 __all__ = [
@@ -168,3 +171,18 @@ __all__ = [
     "MatchModelConfig",
     "MatchSolverConfig",
 ]
+
+
+def validate_recipe(
+    raw: dict[str, Any], origin: str, overrides: list[str] | None = None, model: type[Section] | None = None
+):
+    """Apply `--set` overrides to a raw recipe and validate it as `model` (default: the
+    pipeline's recipe). Here, beside every flow's sections, so that recipe.py imports none."""
+    return validate_as(model or PipelineConfig, raw, origin, overrides)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, model: type[Section] | None = None):
+    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides.
+    `model` is the recipe type (default: the pipeline)."""
+    raw, origin = read_recipe(path)
+    return validate_recipe(raw, origin, overrides, model)

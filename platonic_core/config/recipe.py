@@ -201,26 +201,14 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
     return raw, origin
 
 
-def validate_recipe(
-    raw: dict[str, Any], origin: str, overrides: list[str] | None = None, model: type[Section] | None = None
-):
-    """Apply `--set` overrides to a raw recipe and validate it as `model` (default: pipeline)."""
+def validate_as(model: type[Section], raw: dict[str, Any], origin: str, overrides: list[str] | None = None):
+    """Apply `--set` overrides to a raw recipe and validate it as `model` (a flow's recipe type;
+    `platonic.core.config.validate_recipe` defaults it to the pipeline's)."""
     raw = apply_overrides(raw, overrides or [])
-    if model is None:
-        from .pipeline import PipelineConfig  # here, not on top: pipeline.py imports Section from this module
-
-        model = PipelineConfig
     try:
         return model.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_format_validation_error(e, origin)) from None
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, model: type[Section] | None = None):
-    """Load a YAML recipe (or the packaged demo when `path` is None) and apply overrides.
-    `model` is the recipe type (default: the pipeline)."""
-    raw, origin = read_recipe(path)
-    return validate_recipe(raw, origin, overrides, model)
 
 
 def to_plain(obj: Any) -> Any:

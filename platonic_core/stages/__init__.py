@@ -5,6 +5,10 @@
     world + train:{image model} + embed:{image model} -> ceiling -> evaluate
     train:{model with snapshots} + ingest + embed:{image model} -> curve:{model}
 
+    real data (ingest.source: wordnet): concepts replaces the world as eval set and image side
+    concepts + ingest -> positives -> dedup -> views -> train:{text models} -> embed:* -> evaluate
+    concepts -> references -> evaluate
+
 A stage *instance* is a stage applied to one thing: `train:good`, `embed:ntp`. `instances`
 lists a recipe's instances in execution order (a topological order); each spec's `inputs`
 names the upstream instances it reads, by role. The executor (`platonic.tasks.executor`)
@@ -14,13 +18,13 @@ function to `compute(call) -> (counts, stats)` and see only their declared confi
 
 One module per flow, each its computes, then its specs, then its instances:
 pipeline.py (the picture above), compare.py, ablation.py, audit.py, match.py, caption.py;
-dag.py holds the helpers over them (spec_of, upstream, instance_inputs, and the pipeline's
-run plan: closure, plan, uncached). A new flow is a new module and one line in FLOW_SPECS.
+registry.py knows them all (FLOW_SPECS, spec_of); dag.py holds the helpers over them
+(upstream, instance_inputs, and the pipeline's run plan: plan, uncached; its closure is in
+pipeline.py). A new flow is a new module and one line in FLOW_SPECS.
 """
 
 from __future__ import annotations
 
-from ..contract import StageSpec
 from .ablation import ABLATE_SPECS, ABLATION_INPUTS
 from .audit import AUDIT_SPECS, audit_inputs
 from .caption import CAPTION_SPECS, caption_instances
@@ -31,25 +35,14 @@ from .dag import (
     RUN,
     SKIP,
     check_selector,
-    closure,
     instance_inputs,
     plan,
-    spec_of,
     uncached,
     upstream,
 )
 from .match import MATCH_SPECS, match_base, match_base_instances, match_instances
-from .pipeline import ORDER, SPECS, corpus_source, curve_models, evaluated_models, has_ceiling, instances
-
-# flow name (StageInstance.flow) -> its stages by name
-FLOW_SPECS: dict[str, dict[str, StageSpec]] = {
-    "pipeline": SPECS,
-    "compare": COMPARE_SPECS,
-    "ablate": ABLATE_SPECS,
-    "audit": AUDIT_SPECS,
-    "match": MATCH_SPECS,
-    "caption": CAPTION_SPECS,
-}
+from .pipeline import ORDER, SPECS, closure, corpus_source, curve_models, evaluated_models, has_ceiling, instances
+from .registry import FLOW_SPECS, spec_of
 
 __all__ = [
     "ABLATE_SPECS",

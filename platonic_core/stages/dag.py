@@ -2,9 +2,9 @@
 reads (`upstream`, `instance_inputs`), and the pipeline's run plan over `instances`
 (`closure`, `plan` with its selectors, `uncached`).
 
-`spec_of`, `upstream` and `instance_inputs` work on an instance of any flow (the registry,
-`FLOW_SPECS`, is in __init__.py). The run plan is the pipeline's: `--only`, `--from` and
-`--force` select among its instances.
+`upstream` and `instance_inputs` work on an instance of any flow (through the registry,
+`FLOW_SPECS` and `spec_of` in registry.py). The run plan is the pipeline's: `--only`,
+`--from` and `--force` select among its instances (`closure` is in pipeline.py).
 """
 
 from __future__ import annotations
@@ -13,19 +13,12 @@ from typing import Any
 
 from ..artifacts import ArtifactStore, Manifest
 from ..config import ConfigError, PipelineConfig
-from ..contract import StageInstance, StageSpec, cache_key, input_digests
-from .pipeline import ORDER, instances
+from ..contract import StageInstance, cache_key, input_digests
+from .pipeline import ORDER, closure, instances
+from .registry import spec_of
 
 # what the executor does with an instance: every flow's modes (the pipeline's from `plan`)
 RUN, FORCE, CACHED_ONLY, SKIP = "run", "force", "cached-only", "skip"
-
-
-def spec_of(inst: StageInstance) -> StageSpec:
-    # the registry imports every flow module, and match.py imports this one: looked up here,
-    # when called, not when this module loads
-    from . import FLOW_SPECS
-
-    return FLOW_SPECS[inst.flow][inst.stage]
 
 
 def upstream(cfg: Any, inst: StageInstance) -> dict[str, str]:
@@ -47,19 +40,6 @@ def instance_inputs(
 
 
 # ---- the pipeline's run plan ------------------------------------------------------------
-
-
-def closure(cfg: PipelineConfig, ids: list[str]) -> list[StageInstance]:
-    """The instances `ids` and everything they read, transitively, in execution order."""
-    by_id = {i.id: i for i in instances(cfg)}
-    needed: set[str] = set()
-    todo = list(ids)
-    while todo:
-        x = todo.pop()
-        if x not in needed:
-            needed.add(x)
-            todo += upstream(cfg, by_id[x]).values()
-    return [i for i in by_id.values() if i.id in needed]
 
 
 def _matches(selector: str, inst: StageInstance) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import ConfigError, PipelineConfig
 from ..contract import StageCall, StageInstance, StageSpec
-from .dag import closure
+from .pipeline import closure
 
 
 def match_data(call: StageCall):

@@ -589,3 +589,16 @@ def instances(cfg: PipelineConfig) -> list[StageInstance]:
         StageInstance("evaluate"),
         *(StageInstance("curve", m) for m in curve_models(cfg)),
     ]
+
+
+def closure(cfg: PipelineConfig, ids: list[str]) -> list[StageInstance]:
+    """The instances `ids` and everything they read, transitively, in execution order."""
+    by_id = {i.id: i for i in instances(cfg)}
+    needed: set[str] = set()
+    todo = list(ids)
+    while todo:
+        x = todo.pop()
+        if x not in needed:
+            needed.add(x)
+            todo += SPECS[by_id[x].stage].inputs(cfg, by_id[x]).values()
+    return [i for i in by_id.values() if i.id in needed]
