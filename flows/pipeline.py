@@ -144,6 +144,7 @@ def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext
                 "chance": scores["chance"],
                 "image_model": scores["image_model"],
                 "ceilings": scores.get("ceilings", {}),
+                "references": scores.get("references", {}),
             }
         )
         results["models"] = {

@@ -86,6 +86,13 @@ def print_summary(results: dict) -> None:
         if results.get("ceilings"):
             oracles = ", ".join(f"{k} {v:.4f}" for k, v in results["ceilings"].items())
             con.print(f"oracles:  {oracles}   (ceiling: learned; docs/method.md)")
+        subsets = sorted({n for s in results["models"].values() for n in s.get("subsets", {})})
+        for n in subsets:
+            on = ", ".join(f"{m} {results['models'][m]['subsets'][n]:.4f}" for m in results["ordering"])
+            con.print(f"on the {n} subset alone: {on}")
+        if results.get("references"):
+            refs = sorted(results["references"].items(), key=lambda kv: -kv[1]["mutual_knn"])
+            con.print("beside:   " + ", ".join(f"{k} {r['mutual_knn']:.4f}" for k, r in refs) + "   (docs/realdata.md)")
     con.print(f"results:        {results['output_dir']}/results.json")
     con.print(f"MLflow run id:  {results['run_id']}")
     uri = results["tracking_uri"]
