@@ -251,6 +251,8 @@ def stages(config: Path | None = typer.Argument(None, help="recipe (default: the
         t.add_column(col, overflow="fold")
     for name, spec in SPECS.items():
         insts = [i for i in instances(cfg) if i.stage == name]
+        if not insts:  # not a stage of this recipe (the world for real data, the concepts for the world)
+            continue
         ids = ", ".join(i.id for i in insts)
         inputs = sorted({u for i in insts for u in upstream(cfg, i).values()})
         t.add_row(

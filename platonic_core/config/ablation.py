@@ -4,10 +4,11 @@ from one base; `cell_rows` crosses a sweep into the rows."""
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, model_validator
 
+from .pipeline import TextKind
 from .recipe import Section, Seed
 
 
@@ -16,8 +17,8 @@ class AblationRow(Section):
     bad-view JEPA and the causal LM read (the same texts, so columns compare objectives)."""
 
     label: str = ""
-    good_sources: list[Literal["alt", "recap", "paraphrase"]] = Field(min_length=1)
-    text_sources: list[Literal["alt", "recap", "paraphrase"]] = Field(min_length=1)
+    good_sources: list[TextKind] = Field(min_length=1)
+    text_sources: list[TextKind] = Field(min_length=1)
     # more overrides of the base for this row's cells (after the grid's `set`), e.g. a world knob
     set: list[str] = []
 

@@ -10,13 +10,19 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .recipe import Section, Seed, Threads
 
 PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")  # what positives.vllm_python may be called
+
+
+# the kinds of text a corpus row can be (data/schema.py's source_kind): the world's alt-texts,
+# recaptions and paraphrases, a captioned dataset's captions, WordNet's lemma lists,
+# definitions and examples
+TextKind = Literal["alt", "recap", "paraphrase", "caption", "wn_lemmas", "wn_definition", "wn_example"]
 
 
 class WorldConfig(Section):
@@ -90,7 +96,7 @@ class IngestConfig(Section):
     def _check_source(self) -> IngestConfig:
         if self.source == "world" and self.paths:
             raise ValueError("paths are read by corpus sources (recap, wds, coco, jsonl, wordnet), not by 'world'")
-        kinds = {"alt", "recap", "paraphrase", "caption", "wn_lemmas", "wn_definition", "wn_example"}
+        kinds = set(get_args(TextKind))
         for col, kind in self.text_columns.items():
             if kind not in kinds:
                 raise ValueError(f"text_columns.{col}: source kind {kind!r} is not one of {sorted(kinds)}")
