@@ -100,10 +100,11 @@ def run_evaluate(
         "chance": chance,
         "models": scores,
         "ceilings": ceilings,  # oracle name -> its score; "learned" is the ceiling (ceiling.py)
-        "references": references,  # real data: row -> its score (realdata/references.py)
         "labels": labels or {},
         "views": views or {},
     }
+    if references:  # real data: row -> its score (realdata/references.py); the world's bytes unchanged
+        result["references"] = references
     (out / "scores.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(alignment_table(result))
     alignment_plot(result, out / "alignment.png")
