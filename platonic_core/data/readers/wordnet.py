@@ -22,11 +22,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from .base import REASON, REASON_FIELD, Batch, Reader, Shard, TextField, as_text
 from .sources import open_binary
+
+if TYPE_CHECKING:
+    from ...config import IngestConfig
 
 # lexnames(5): lex_filenum -> the lexicographer file (Debian's wordnet-base ships no lexnames file)
 LEXNAMES = (
@@ -240,7 +244,7 @@ class WordNetReader(Reader):
     format = "wordnet"
     id_column = "image_id"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: IngestConfig):
         super().__init__(cfg)
         self.header_lines: dict[str, int] = {}
 
