@@ -5,8 +5,10 @@ on the 118 dog classes alone.
     python benchmarks/realdata_probe.py                  # random, null, TF-IDF, ancestors, MiniLM
     python benchmarks/realdata_probe.py --gemma          # + Gemma-3 270M (GGUF; ~3 min to load on 2 cores)
     python benchmarks/realdata_probe.py --json out.json  # the rows as JSON too
+    python benchmarks/realdata_probe.py --prompt "a photo of a {}."   # class names in prompts instead
 
-Text = "lemmas: definition" of each class's synset (`--template`), image = the rows of
+Text = "lemmas: definition" of each class's synset (`--template`; or the class names in
+`--prompt` templates, each encoder's prompt features averaged per class), image = the rows of
 EfficientNet-Lite0's final layer (`--classifier`). Every row is scored twice: with the PRH
 clamp ("mean", the project's default) and with no clamp. The clamp's threshold is the mean
 per-sample 95% quantile of |x|, which is 0 for sparse rows (TF-IDF, the ancestors vector):
@@ -23,6 +25,7 @@ import time
 
 import numpy as np
 
+from platonic.core.match.matcher import class_features
 from platonic.core.metrics import alignment
 from platonic.core.realdata import (
     DOG,
@@ -30,6 +33,7 @@ from platonic.core.realdata import (
     ancestor_vectors,
     classifier_prototypes,
     load_concepts,
+    name_prompts,
     tfidf_features,
 )
 from platonic.core.realdata.hierarchy import WORDNET_NOUNS
@@ -59,6 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wordnet", default=str(WORDNET_NOUNS), help="WordNet 3.0 data.noun")
     ap.add_argument("--template", default="lemmas_definition")
+    ap.add_argument("--prompt", action="append", help="a name template like 'a photo of a {}.' (repeatable)")
     ap.add_argument("--classifier", default="efficientnet_lite0")
     ap.add_argument("--permutations", type=int, default=20, help="shuffles of the null (and random draws)")
     ap.add_argument("--no-minilm", action="store_true", help="skip all-MiniLM-L6-v2")
@@ -68,6 +73,16 @@ def main() -> None:
 
     t0 = time.perf_counter()
     concepts = load_concepts(NounHierarchy.read(args.wordnet), args.template)
+    if args.prompt:  # the class names in prompt templates: class-major, T prompts per class
+        texts = name_prompts(args.prompt)
+        per_class = [" ".join(texts[c * len(args.prompt) : (c + 1) * len(args.prompt)]) for c in range(1000)]
+    else:
+        texts = per_class = concepts.texts
+
+    def encode(model: str) -> list[np.ndarray]:
+        layers = encoder_layers(model, texts)
+        return [class_features(x, len(per_class)) for x in layers] if args.prompt else layers
+
     image = classifier_prototypes(args.classifier)
     dogs = concepts.subset(DOG)
     print(
@@ -100,8 +115,8 @@ def main() -> None:
     add_spread(
         "random", [rng.standard_normal((len(image), 384)).astype(np.float32) for _ in range(n)], f"N(0,1) 384-d, {n}"
     )
-    tfidf = tfidf_features(concepts.texts)
-    minilm = None if args.no_minilm else encoder_layers("all-MiniLM-L6-v2", concepts.texts)
+    tfidf = tfidf_features(per_class)
+    minilm = None if args.no_minilm else encode("all-MiniLM-L6-v2")
     null_of = minilm[-1] if minilm is not None else tfidf
     add_spread(
         "permutation null",
@@ -115,7 +130,7 @@ def main() -> None:
         add("MiniLM (last layer)", minilm[-1], "", layers="last")
     if args.gemma:
         t = time.perf_counter()
-        gemma = encoder_layers("gemma-3-270m", concepts.texts)
+        gemma = encode("gemma-3-270m")
         print(f"  Gemma-3 270M features in {time.perf_counter() - t:.0f} s")
         add("Gemma-3 270M (best layer)", gemma, "GGUF q4_k_m dequantised, mean pooling")
         add("Gemma-3 270M (last layer)", gemma[-1], "", layers="last")
@@ -137,7 +152,8 @@ def main() -> None:
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"template": args.template, "classifier": args.classifier, "rows": rows}, f, indent=1)
+            meta = {"template": args.template, "prompts": args.prompt, "classifier": args.classifier}
+            json.dump({**meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

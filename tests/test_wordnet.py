@@ -18,6 +18,7 @@ from platonic.core.data.readers import READERS, resolve_sources
 from platonic.core.data.readers.wordnet import (
     MalformedLine,
     WordNetReader,
+    _parse_tokens,
     parse_data_line,
     read_data_file,
     split_gloss,
@@ -137,3 +138,25 @@ def test_real_wordnet_noun_file():
     assert by["n02084071"].lemma_text == "dog, domestic dog, Canis familiaris"
     # every hypernym pointer lands on a synset of the file
     assert all(h in by for s in d.synsets for h in s.hypernyms)
+
+
+def test_the_one_regex_reading_agrees_with_the_token_walk_on_every_fixture_line():
+    for line in FIXTURE.read_text().splitlines()[29:]:
+        try:
+            fast = parse_data_line(line)
+        except MalformedLine:
+            continue
+        assert fast == _parse_tokens(line)
+
+
+def test_a_verb_line_with_frames():
+    verb = (
+        "00001740 29 v 04 breathe 0 take_a_breath 0 respire 0 suspire 3 002 * 00005041 v 0000 "
+        '@ 00004227 v 0000 02 + 02 00 + 08 00 | draw air into, and expel out of, the lungs; "I can breathe better"  '
+    )
+    s = parse_data_line(verb)
+    assert s.wnid == "v00001740" and s.lexname == "verb.body" and s.hypernyms == ("v00004227",)
+    assert s.examples == ("I can breathe better",)
+    with pytest.raises(MalformedLine) as e:
+        parse_data_line(verb.replace(" 02 + 02 00", " 03 + 02 00"))
+    assert e.value.field == "frame"
