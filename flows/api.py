@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from platonic.core.config import PipelineConfig, load_config
+from platonic.core.config import PipelineConfig, load_config, require_trusted
 
 from . import services
 
@@ -31,9 +31,12 @@ def run(
     only: str | None = None,
     from_stage: str | None = None,
     force: Sequence[str] = (),
+    trust_remote_code: bool = False,
 ) -> dict[str, Any]:
-    """Run a pipeline recipe (its cached stages are not executed); returns results.json."""
-    return run_config(load_config(recipe, list(sets)), only, from_stage, force, f"platonic run {recipe}")
+    """Run a pipeline recipe (its cached stages are not executed); returns results.json.
+    `trust_remote_code`: allow a recipe whose `trust_remote_code` is true (the CLI's flag)."""
+    cfg = load_config(recipe, list(sets))
+    return run_config(cfg, only, from_stage, force, f"platonic run {recipe}", trust_remote_code)
 
 
 def run_config(
@@ -42,11 +45,14 @@ def run_config(
     from_stage: str | None = None,
     force: Sequence[str] = (),
     command: str = "platonic demo",
+    trust_remote_code: bool = False,
 ) -> dict[str, Any]:
     """`run` on a loaded recipe. `command`: what builds the cache, for the error an `only`
-    on an empty cache raises (UpstreamNotCached)."""
+    on an empty cache raises (UpstreamNotCached). A recipe that turns `trust_remote_code`
+    on is refused (ConfigError) unless `trust_remote_code` is passed."""
     from platonic.core.stages.dag import plan
 
+    require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server()  # before anything imports Prefect
@@ -62,13 +68,19 @@ def run_config(
 
 
 def ablate(
-    recipe: str | Path, sets: Sequence[str] = (), base_sets: Sequence[str] = (), quick: bool = False
+    recipe: str | Path,
+    sets: Sequence[str] = (),
+    base_sets: Sequence[str] = (),
+    quick: bool = False,
+    trust_remote_code: bool = False,
 ) -> dict[str, Any]:
     """Run an ablation grid (`configs/table7.yaml`, a sweep, ...) as one flow; returns its
     results (run ids, `summary`, `output_dir` with table.md and the plots)."""
     from platonic.core.ablation import load_ablation
 
     abl, cells = load_ablation(str(recipe), list(sets), list(base_sets), quick)
+    for cell in cells:
+        require_trusted(cell.cfg, trust_remote_code)
     Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
     services.embedded_defaults()
     services.choose_prefect_server()

@@ -1,7 +1,10 @@
 """Content-addressed artifact store.
 
 Each stage output is a folder `<root>/<stage>/<cache_key>/` holding its files and a
-`manifest.json` written last (its presence means the artifact is complete). The manifest
+`manifest.json` (its presence means the artifact is complete). The manifest is written
+atomically into the staging folder before that folder is renamed into place, so a folder
+under its final name always holds a whole manifest; one that cannot be read (a disk that
+filled under an older version) is a cache miss with a warning naming it, never a traceback. The manifest
 records what a later stage, or a person asking "where did this number come from", needs:
 URI, content digest, counts, schema, stage + version, cache key, the upstream cache keys
 and digests, the config the stage read, and the MLflow run that produced it.
@@ -12,13 +15,15 @@ re-executes and writes the same bytes yields the same digest and leaves downstre
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from .durable import DiskFullError, write_atomic
 from .processes import pid_alive
 
 MANIFEST = "manifest.json"
@@ -34,6 +40,11 @@ MANIFEST = "manifest.json"
 OWNER_MARK = ".platonic-artifact"
 # derived indexes (rebuilt from the content files, not byte-stable): outside the digest
 DERIVED_SUFFIXES = {".duckdb", ".wal"}
+
+
+class ManifestError(ValueError):
+    """A manifest.json that cannot be read as one (empty, truncated, not this tool's fields):
+    the message is one line naming the file."""
 
 
 @dataclass
@@ -97,7 +108,12 @@ class Manifest:
     def read(cls, folder: Path) -> Manifest:
         """The manifest of an artifact folder, located where it is now: the stored `uri` is
         relative to the store, so a copied or moved out_dir reads its own files."""
-        m = cls(**json.loads((folder / MANIFEST).read_text()))
+        path = Path(folder) / MANIFEST
+        try:
+            m = cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as e:  # ValueError: JSON and UTF-8 errors
+            why = "empty" if path.is_file() and path.stat().st_size == 0 else f"{type(e).__name__}: {e}"
+            raise ManifestError(f"{path} is unreadable ({why})") from e
         m.uri = str(Path(folder).resolve())
         return m
 
@@ -200,7 +216,20 @@ def _owned_manifest(folder: Path) -> Manifest | None:
     """The folder's manifest if it is one this tool wrote (a user's manifest.json is not)."""
     try:
         return Manifest.read(folder)
-    except (OSError, ValueError, TypeError):
+    except ManifestError:
+        return None
+
+
+def _warn(msg: str) -> None:
+    logging.getLogger("platonic").warning("%s", msg)
+
+
+def _read_or_miss(folder: Path, warn: Callable[[str], None] | None) -> Manifest | None:
+    """A committed folder's manifest; an unreadable one is a cache miss, said in one line."""
+    try:
+        return Manifest.read(folder)
+    except ManifestError as e:
+        (warn or _warn)(f"{e}: treated as a cache miss, the stage re-executes")
         return None
 
 
@@ -218,11 +247,13 @@ class ArtifactStore:
     def folder(self, stage: str, cache_key: str) -> Path:
         return self.root / stage.replace(":", "/") / cache_key
 
-    def lookup(self, stage: str, cache_key: str) -> Manifest | None:
+    def lookup(self, stage: str, cache_key: str, warn: Callable[[str], None] | None = None) -> Manifest | None:
+        """The committed artifact of (stage, key), or None. `warn(line)` hears of a manifest
+        that cannot be read (default: the `platonic` logger); that artifact is a miss."""
         folder = self.folder(stage, cache_key)
         if not (folder / MANIFEST).is_file():
             return None
-        return Manifest.read(folder)
+        return _read_or_miss(folder, warn)
 
     def staging(self, stage: str, cache_key: str) -> Path:
         """A fresh scratch folder; `commit` moves it into place atomically. Named after this
@@ -239,11 +270,11 @@ class ArtifactStore:
         return tmp
 
     @staticmethod
-    def lookup_at(folder: Path, cache_key: str) -> Manifest | None:
+    def lookup_at(folder: Path, cache_key: str, warn: Callable[[str], None] | None = None) -> Manifest | None:
         """The artifact in a folder of the user's choosing, if complete and of this key."""
         if not (Path(folder) / MANIFEST).is_file():
             return None
-        m = _owned_manifest(Path(folder))
+        m = _read_or_miss(Path(folder), warn)
         return m if m is not None and m.cache_key == cache_key else None
 
     @staticmethod
@@ -282,20 +313,31 @@ class ArtifactStore:
         return folder
 
     def commit(self, tmp: Path, manifest: Manifest, dest: Path | None = None) -> Manifest:
-        """Move the staging folder into place (or, for `in_place` work, leave it where it
-        is) and write the manifest last."""
+        """Write the manifest into the staging folder (atomically: temporary file, fsync,
+        rename), then move the folder into place; `in_place` work stays where it is and gets
+        its manifest the same way, last. Either way no folder under its final name ever holds
+        a partial manifest. A full disk raises DiskFullError naming the artifact folder, and
+        the staging folder (scratch) is removed to give the space back."""
         final = Path(dest).resolve() if dest is not None else self.folder(manifest.stage, manifest.cache_key)
-        manifest.files = file_digests(tmp)
-        manifest.digest = combined_digest(manifest.files)
-        manifest.schema = describe_schema(tmp)
-        manifest.created_at = time.time()
-        if final != Path(tmp).resolve():
-            if final.exists():  # a forced re-run replaces the previous artifact
+        staged = final != Path(tmp).resolve()
+        try:
+            manifest.files = file_digests(tmp)
+            manifest.digest = combined_digest(manifest.files)
+            manifest.schema = describe_schema(tmp)
+            manifest.created_at = time.time()
+            manifest.file_stats = file_stats(tmp, manifest.files)  # the rename below keeps mtimes
+            # on disk the location is relative to the store (a copied out_dir reads its own files)
+            manifest.uri = str(final.relative_to(self.root)) if final.is_relative_to(self.root) else str(final)
+            write_atomic(Path(tmp) / MANIFEST, manifest.to_json())
+        except OSError as e:
+            if staged:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if e.errno == errno.ENOSPC:
+                raise DiskFullError(final) from e
+            raise
+        if staged:
+            if final.exists():  # a forced re-run (or a miss on an unreadable manifest) replaces it
                 shutil.rmtree(final)
             tmp.rename(final)
-        manifest.file_stats = file_stats(final, manifest.files)  # rename keeps mtimes; stat where they stay
-        # on disk the location is relative to the store (a copied out_dir reads its own files)
-        manifest.uri = str(final.relative_to(self.root)) if final.is_relative_to(self.root) else str(final)
-        (final / MANIFEST).write_text(manifest.to_json())
         manifest.uri = str(final)
         return manifest

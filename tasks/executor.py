@@ -5,7 +5,7 @@ the config fields the stage reads, its inputs' digests), takes the key's file lo
 - on a cache hit: runs no stage body, and logs a nested MLflow run tagged
   `platonic.cache_hit=true` that points at the producing run (`platonic.producer_run_id`);
 - otherwise: runs the spec's `compute` in a staging folder with only its declared config
-  slice, commits the artifact atomically, writes the manifest, and logs params, inputs
+  slice, commits the artifact atomically (its manifest written inside before the rename), and logs params, inputs
   (digests), counts, stats and files to MLflow.
 
 `run_instances` walks a recipe's instances in order, resolving each one's inputs from the
@@ -14,6 +14,7 @@ spec (`platonic.core.stages`), and runs each as a Prefect task run when inside a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -45,6 +46,7 @@ from platonic.core.contract import (
     config_view,
     input_digests,
 )
+from platonic.core.durable import disk_full
 from platonic.core.stages.dag import CACHED_ONLY, FORCE, SKIP, instance_inputs
 from platonic.core.stages.registry import spec_of
 
@@ -123,8 +125,14 @@ def execute(
     if mode != FORCE and (key, inst.id) in ctx.resolved:
         ctx.cache_hits.add((key, inst.id))
         return ctx.resolved[(key, inst.id)]
-    with _exclusive(ctx.store, inst, key):
-        manifest, cached = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
+    try:
+        with _exclusive(ctx.store, inst, key):
+            manifest, cached = _execute_locked(spec, inst, cfg, inputs, roles, context or {}, mode, ctx, key, folder)
+    except Exception as e:  # a full disk, wherever it struck (stage files, manifest, MLflow): one line naming it
+        where = folder or ctx.store.folder(inst.id, key)
+        if (full := disk_full(e, where=where, database=ctx.tracking_uri)) is not None and full is not e:
+            raise full from e
+        raise
     ctx.resolved[(key, inst.id)] = manifest
     if cached:
         ctx.cache_hits.add((key, inst.id))
@@ -179,7 +187,11 @@ def _execute_locked(
     folder: Path | None,
 ) -> tuple[Manifest, bool]:
     store, c, log = ctx.store, ctx.client, stage_logger()
-    hit = store.lookup(inst.id, key) if folder is None else store.lookup_at(folder, key)
+
+    def unreadable(line: str) -> None:  # a manifest that cannot be read: a miss, said once
+        log.warning("%-14s %s", inst.id, line)
+
+    hit = store.lookup(inst.id, key, unreadable) if folder is None else store.lookup_at(folder, key, unreadable)
     if hit is not None and hit.incomplete:
         hit = None
     if hit is not None and mode != FORCE and (problem := verify(hit)):
@@ -301,7 +313,8 @@ def _execute_locked(
         log.info("%-14s done       %s in %.1fs: %s", inst.id, manifest.digest[:12], stats["seconds"], shown)
         return manifest, False
     except BaseException:
-        c.set_terminated(run_id, "FAILED")
+        with contextlib.suppress(Exception):  # on a full disk this write fails too: the cause is what to say
+            c.set_terminated(run_id, "FAILED")
         raise
 
 

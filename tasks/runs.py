@@ -3,6 +3,7 @@ ablation back. Stage runs are the executor's (executor.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -14,6 +15,7 @@ from typing import Any
 import yaml
 
 from platonic.core.config import stable_hash
+from platonic.core.durable import disk_full
 
 from . import tracking
 from .executor import RunContext
@@ -80,8 +82,12 @@ def parent_run(
             tracking.log_params(c, run_id, tracking.flatten(params))
         yield RunContext(out, exp, run_id, tracking.tracking_uri(out))
         c.set_terminated(run_id, "FINISHED")
-    except BaseException:
-        c.set_terminated(run_id, "FAILED")
+    except BaseException as e:
+        full = disk_full(e, where=out, database=tracking.tracking_uri(out))
+        with contextlib.suppress(Exception):  # on a full disk this write fails too: the cause is what to say
+            c.set_terminated(run_id, "FAILED")
+        if full is not None and full is not e:
+            raise full from e
         raise
 
 

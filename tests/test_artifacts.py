@@ -3,13 +3,18 @@ cache hit, staging scratch of dead producers, locations relative to the store.""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import subprocess
 import sys
 
+import pytest
+
 from platonic.core.artifacts import _HOST as HOST
 from platonic.core.artifacts import ArtifactStore, Manifest, folder_digest, verify
+from platonic.core.durable import DiskFullError, disk_full
 
 
 def _commit(store: ArtifactStore, files: dict[str, bytes]) -> Manifest:
@@ -66,3 +71,92 @@ def test_staging_sweeps_scratch_of_dead_producers_on_this_host_only(tmp_path):
     store.staging("views", "k1")
     assert not stale.exists()
     assert live.exists() and other_host.exists()
+
+
+# ---- a full disk never leaves a half-committed artifact (issue 33, item 1) ----------------
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_at_commit_leaves_no_manifest_and_says_so_naming_the_path(tmp_path, monkeypatch):
+    store = ArtifactStore(tmp_path)
+    tmp = store.staging("views", "k1")
+    (tmp / "t.bin").write_bytes(b"x")
+    monkeypatch.setattr("platonic.core.durable.os.fsync", _enospc)  # the manifest's write hits a full disk
+    with pytest.raises(DiskFullError) as e:
+        store.commit(tmp, Manifest("views", 1, "k1", "", "", {}, {}, {}, {}, {}))
+    final = store.folder("views", "k1")
+    assert "no space left" in str(e.value) and str(final) in str(e.value) and "\n" not in str(e.value)
+    assert not (final / "manifest.json").exists() and not final.exists()  # nothing under the final name
+    assert not tmp.exists()  # the scratch is given back
+    monkeypatch.undo()
+    assert store.lookup("views", "k1") is None
+
+
+def _world_ctx(tmp_path, monkeypatch, calls: list[str]):
+    """A real executor context on tmp_path, with the world stage's body replaced by one that
+    writes one small file (the cheapest stage there is)."""
+    import dataclasses
+
+    from platonic.core.config import load_config
+    from platonic.core.stages import SPECS
+    from platonic.tasks import tracking
+    from platonic.tasks.executor import RunContext
+
+    def compute(call):
+        calls.append(call.inst.id)
+        (call.out / "scenes.txt").write_text("x")
+        return {"n": 1}, {}
+
+    monkeypatch.setitem(SPECS, "world", dataclasses.replace(SPECS["world"], compute=compute))
+    cfg = load_config("tiny", [f"out_dir={tmp_path}"])
+    c = tracking.client(tmp_path)
+    exp = tracking.experiment_id(c, "commit-test", tmp_path)
+    return cfg, lambda: RunContext(tmp_path, exp, c.create_run(exp).info.run_id, tracking.tracking_uri(tmp_path))
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_an_unreadable_manifest_is_a_cache_miss_and_the_stage_reruns_with_a_warning(tmp_path, monkeypatch, damage):
+    from platonic.core.contract import StageInstance
+    from platonic.core.stages import RUN
+    from platonic.tasks.executor import execute
+
+    calls: list[str] = []
+    cfg, ctx = _world_ctx(tmp_path, monkeypatch, calls)
+    first = execute(StageInstance("world"), cfg, {}, RUN, ctx())
+    path = first.path / "manifest.json"
+    text = path.read_text()
+    path.write_text("" if damage == "empty" else text[: len(text) // 2])
+    heard: list[str] = []
+    listener = logging.Handler(logging.WARNING)
+    listener.emit = lambda record: heard.append(record.getMessage())  # the platonic logger need not propagate
+    logging.getLogger("platonic").addHandler(listener)
+    try:
+        again = execute(StageInstance("world"), cfg, {}, RUN, ctx())
+    finally:
+        logging.getLogger("platonic").removeHandler(listener)
+    assert calls == ["world", "world"]  # re-executed, no traceback
+    assert again.digest == first.digest and verify(Manifest.read(again.path)) is None
+    (line,) = [m for m in heard if "manifest.json" in m]
+    assert str(path) in line and "cache miss" in line
+
+
+def test_a_full_disk_in_a_stage_commit_is_one_line_naming_the_path(tmp_path, monkeypatch):
+    from platonic.core.contract import StageInstance
+    from platonic.core.stages import RUN
+    from platonic.tasks.executor import execute
+
+    calls: list[str] = []
+    cfg, ctx = _world_ctx(tmp_path, monkeypatch, calls)
+    run_ctx = ctx()
+    monkeypatch.setattr("platonic.core.artifacts.write_atomic", _enospc)
+    with pytest.raises(DiskFullError) as e:
+        execute(StageInstance("world"), cfg, {}, RUN, run_ctx)
+    final = run_ctx.store.root / "world"
+    assert str(e.value).startswith("no space left on device") and str(final) in str(e.value)
+    assert not list(final.glob("*/manifest.json"))
+    monkeypatch.undo()
+    assert disk_full(RuntimeError("(sqlite3.OperationalError) database or disk is full"), database="sqlite:///x.db")
+    assert disk_full(ValueError("bad")) is None

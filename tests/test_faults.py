@@ -157,3 +157,39 @@ def test_sigkill_at_every_stage_boundary_then_rerun_gives_the_same_results(refer
     assert not set(BOUNDARIES) & executed(again)  # what was committed before a kill is reused
     assert scores(again) == scores(reference)
     assert scores(json.loads((Path(again["output_dir"]) / "results.json").read_text())) == scores(reference)
+
+
+def test_a_disk_that_fills_during_ingest_then_grows_reruns_cleanly(tmp_path):
+    """configs/tiny.yaml's world and ingest stages on a 4 MB tmpfs (the MLflow store and the
+    artifacts on it): the run fails with one line saying the disk is full, naming the path,
+    and leaves no manifest that is not whole; remounted at 64 MB, the rerun succeeds."""
+    from platonic.core.artifacts import ArtifactStore
+    from platonic.core.durable import DiskFullError
+    from platonic.core.stages.dag import RUN, SKIP, instances
+    from platonic.tasks.executor import run_instances
+    from platonic.tasks.runs import parent_run
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        cfg = load_config(TINY, [f"out_dir={disk / 'out'}"])
+        modes = {i.id: RUN if i.stage in ("world", "ingest") else SKIP for i in instances(cfg)}
+
+        def run():
+            with parent_run(cfg.out_dir, "full-disk", "full-disk", {}, {}) as ctx:
+                return run_instances(cfg, instances(cfg), modes, ctx)
+
+        with pytest.raises(DiskFullError) as e:
+            run()
+        assert "no space left" in str(e.value) and str(disk) in str(e.value)
+        for m in (disk / "out" / "artifacts").rglob("manifest.json"):
+            assert Manifest.read(m.parent)  # whatever is committed is whole
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        done = run()
+        assert {"world", "ingest"} <= set(done)
+        for m in done.values():
+            assert verify(m) is None and ArtifactStore.of(cfg.out_dir).lookup(m.stage, m.cache_key) is not None
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

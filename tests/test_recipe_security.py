@@ -82,6 +82,49 @@ def test_vllm_python_accepts_a_real_interpreter_and_runs_it_without_a_shell(monk
     assert seen["cmd"][:2] == [sys.executable, str(RUNNER)] and not seen["shell"]
 
 
+def test_vllm_python_that_is_a_script_named_python3_is_refused_and_never_run(tmp_path):
+    ran = tmp_path / "ran"
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ntouch {ran}\necho cpython\n")
+    fake.chmod(0o755)
+    msg = one_line_error(lambda: load_config(TINY, [*VLLM, f"positives.vllm_python={fake}"]))
+    assert "positives.vllm_python" in msg and str(fake) in msg and "script" in msg, msg
+    assert not ran.exists()
+    # existence (and what the file is) is checked only when the vllm backend is on
+    assert load_config(TINY, [f"positives.vllm_python={fake}"]).positives.vllm_python == str(fake)
+
+
+# ---- trust_remote_code needs the user's flag, not the recipe's say-so ----------------------
+
+
+def test_a_recipe_with_trust_remote_code_is_refused_without_the_flag():
+    cfg = load_config(TINY, ["positives.trust_remote_code=true"])
+    msg = one_line_error(lambda: config.require_trusted(cfg, False))
+    assert "positives.trust_remote_code" in msg and "--trust-remote-code" in msg, msg
+    config.require_trusted(cfg, True)  # the flag allows it
+    config.require_trusted(load_config(TINY), False)  # off: nothing to allow
+    # the Python API's run refuses it before anything starts (no server, no MLflow)
+    from platonic.flows.api import run_config
+
+    assert "--trust-remote-code" in one_line_error(lambda: run_config(cfg))
+
+
+def test_trust_remote_code_is_found_at_any_depth_of_a_recipe():
+    nested = {"text_models": [{"id": "a"}, {"id": "b", "trust_remote_code": True}], "x": {"trust_remote_code": False}}
+    assert config.remote_code_keys(nested) == ["text_models.1.trust_remote_code"]
+
+
+@pytest.mark.e2e  # a CLI subprocess
+def test_the_cli_refuses_trust_remote_code_in_one_line_naming_key_and_flag(tmp_path):
+    cmd = [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={tmp_path}"]
+    p = subprocess.run([*cmd, "--set", "positives.trust_remote_code=true"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("error: positives.trust_remote_code") and "--trust-remote-code" in line, line
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "HOME", "MLFLOW_TRACKING_PASSWORD", "openai_api_key", ""])
 def test_api_key_env_names_only_an_api_key_variable(name):
     msg = one_line_error(lambda: load_config(TINY, [f"positives.http.api_key_env={name!r}"]))

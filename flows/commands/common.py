@@ -20,11 +20,12 @@ def fail(msg: str, code: int = 2) -> None:
 @contextlib.contextmanager
 def _reported_errors():
     """Recipe errors, unreadable sources, an output folder holding the user's files -> exit 2;
-    missing cache, a failed stage or a Prefect server gone mid-run -> exit 1; one `error:`
+    missing cache, a failed stage, a full disk or a Prefect server gone mid-run -> exit 1; one `error:`
     line each (Prefect has already logged a failed stage's traceback)."""
     from platonic.core.artifacts import ForeignFolderError
     from platonic.core.contract import UpstreamNotCached
     from platonic.core.data.readers import SourceError
+    from platonic.core.durable import disk_full
 
     try:
         yield
@@ -35,6 +36,8 @@ def _reported_errors():
     except UpstreamNotCached as e:
         fail(str(e), 1)
     except Exception as e:
+        if (full := disk_full(e)) is not None:  # "no space left on device", naming the path
+            fail(str(full), 1)
         if url := services.lost_prefect_server(e):
             typer.echo(
                 f"error: the Prefect server at {url} stopped answering during the run ({type(e).__name__}: {e}). "

@@ -24,6 +24,7 @@ def _run(
     force: list[str],
     as_json: bool,
     command: str = "platonic demo",
+    trust_remote_code: bool = False,
 ) -> dict:
     """`command`: the user's command without --only (the error of an --only on an empty
     cache says to run it)."""
@@ -32,7 +33,7 @@ def _run(
     # with --json, stdout carries the JSON alone: everything else goes to stderr
     redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     with redirect:
-        results = run_config(cfg, only, from_stage, force, command)
+        results = run_config(cfg, only, from_stage, force, command, trust_remote_code)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
     else:
@@ -113,10 +114,14 @@ def demo(
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value"),
     out_dir: str | None = typer.Option(None, "--out-dir", help="where artifacts and MLflow live (default .platonic)"),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
+    ),
 ) -> None:
     """Run the whole DAG on the synthetic world (CPU, offline, a few minutes)."""
     with _reported_errors():
-        _run(load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])]), None, None, [], as_json)
+        cfg = load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])])
+        _run(cfg, None, None, [], as_json, trust_remote_code=trust_remote_code)
 
 
 def run(
@@ -126,11 +131,14 @@ def run(
     from_stage: str | None = typer.Option(None, "--from", help="re-execute this stage and everything after it"),
     force: list[str] = typer.Option([], "--force", help="re-execute this stage even on a cache hit (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
+    ),
 ) -> None:
     """Run a recipe; stages whose cache key is unchanged are not executed."""
     with _reported_errors():
         command = shlex.join(["platonic", "run", str(config), *(a for s in sets for a in ("--set", s))])
-        _run(load_config(config, sets), only, from_stage, force, as_json, command)
+        _run(load_config(config, sets), only, from_stage, force, as_json, command, trust_remote_code)
 
 
 def ablate(
@@ -141,13 +149,16 @@ def ablate(
     sets: list[str] = typer.Option([], "--set", help="override an ablation field: key=value, e.g. seeds=[0,1,2,3]"),
     base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe in every cell"),
     as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
+    ),
 ) -> None:
     """Run an ablation grid (rows: positives; columns: objectives; seeds) as one flow."""
     from ..api import ablate as run_ablation
 
     with _reported_errors():
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            results = run_ablation(recipe, sets, base_sets, quick)
+            results = run_ablation(recipe, sets, base_sets, quick, trust_remote_code)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
         return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from platonic.core.config import ConfigError, load_config
+from platonic.core.config import ConfigError, load_config, require_trusted
 
 from .. import services
 from .common import _reported_errors, fail
@@ -20,12 +20,16 @@ def compare(
     config: Path = typer.Argument(..., help="comparison recipe, e.g. configs/paper_table.yaml"),
     sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
+    ),
 ) -> None:
     """The paper's table: every text model x vision encoder x eval set (mutual kNN, cached)."""
     from platonic.core.config import CompareConfig
 
     with _reported_errors():
         cfg = load_config(config, sets, model=CompareConfig)
+        require_trusted(cfg, trust_remote_code)
         services.embedded_defaults()
         services.choose_prefect_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
@@ -46,6 +50,9 @@ def match(
     ),
     sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
+    ),
 ) -> None:
     """Pair-free classification: k-means image clusters matched to class-name embeddings by
     their kernels alone (no image-text pair); top-1/top-5 vs chance and the labelled oracle."""
@@ -54,7 +61,8 @@ def match(
 
     with _reported_errors():
         cfg = load_config(config, sets, model=ClassMatchConfig)
-        match_base(cfg)  # a bad base recipe or model name fails here, before Prefect starts
+        # a bad base recipe or model name fails here, before Prefect starts
+        require_trusted([cfg, match_base(cfg)], trust_remote_code)
         services.embedded_defaults()
         services.choose_prefect_server()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
@@ -86,6 +94,9 @@ def caption(
     base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe"),
     force: list[str] = typer.Option([], "--force", help="re-execute this caption stage even on a cache hit"),
     as_json: bool = typer.Option(False, "--json", help="print the results (run ids, summary) as JSON to stdout"),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
+    ),
 ) -> None:
     """Captions through one map: image encoder -> linear map (paired at N pairs, or pair-free) ->
     a decoder trained on text only; scored with pycocoevalcap (needs Java)."""
@@ -99,6 +110,7 @@ def caption(
         fail(str(e), 1)
     with _reported_errors():
         cfg, base = load_caption(recipe, sets, base_sets)
+        require_trusted([cfg, base], trust_remote_code)
         from platonic.core.stages import caption_instances
 
         known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}

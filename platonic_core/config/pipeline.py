@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -195,7 +196,9 @@ class PositivesConfig(Section):
         """The runner is launched as `[vllm_python, vllm_runner.py, ...]`: a recipe names an
         interpreter, never a command. Allowed: an executable file called python, python3 or
         python3.X (symlinks resolved: a link named python to a shell is refused), given as a
-        path or as a name looked up on PATH. Existence is checked when the vllm backend is on."""
+        path or as a name looked up on PATH. When the vllm backend is on it must exist and be
+        a real interpreter: an ELF executable (a script named python3 is refused) that answers
+        `sys.implementation.name` when run with -I."""
         if not PYTHON_NAME.fullmatch(Path(v).name) or any(c.isspace() for c in v):
             raise ValueError(
                 "must be a python interpreter (python, python3, python3.X, or its path, e.g. "
@@ -208,7 +211,34 @@ class PositivesConfig(Section):
             real = Path(os.path.realpath(found))
             if not PYTHON_NAME.fullmatch(real.name):
                 raise ValueError(f"resolves to {real}, not a python interpreter")
+            _require_python_binary(real)
         return v
+
+
+def _require_python_binary(real: Path) -> None:
+    """A name proves nothing (a shell script may be called python3): the file must be a
+    regular executable whose first bytes are an ELF header, and only then is it run, in
+    isolated mode with a short timeout, to say it is a Python implementation."""
+    if not real.is_file() or not os.access(real, os.X_OK):
+        raise ValueError(f"{real} is not an executable file")
+    with open(real, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(b"#!"):
+        raise ValueError(f"{real} is a script (it starts with #!), not a Python interpreter")
+    if head != b"\x7fELF":
+        raise ValueError(f"{real} is not an ELF executable, so not a Python interpreter")
+    try:
+        said = subprocess.run(
+            [str(real), "-I", "-c", "import sys; print(sys.implementation.name)"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ValueError(f"{real} did not answer as a Python interpreter ({type(e).__name__})") from e
+    if said.returncode != 0 or not re.fullmatch(r"[a-z]+", said.stdout.strip()):
+        raise ValueError(f"{real} did not answer as a Python interpreter (sys.implementation.name)")
 
 
 Level = Literal["exact", "near", "embed"]

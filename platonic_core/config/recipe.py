@@ -233,3 +233,39 @@ def get_path(cfg: PipelineConfig, dotted: str) -> Any:
     for part in dotted.split("."):
         node = node[part] if isinstance(node, dict) else getattr(node, part)
     return node
+
+
+TRUST_FLAG = "--trust-remote-code"
+
+
+def remote_code_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of every `trust_remote_code` that is true in a validated recipe (any
+    section, any depth: a model list's entries are `section.models.0.trust_remote_code`)."""
+    if isinstance(obj, BaseModel):
+        items = [(name, getattr(obj, name)) for name in type(obj).model_fields]
+    elif isinstance(obj, dict):
+        items = list(obj.items())
+    elif isinstance(obj, (list, tuple)):
+        items = list(enumerate(obj))
+    else:
+        return []
+    found: list[str] = []
+    for name, value in items:
+        key = f"{prefix}{name}"
+        if name == "trust_remote_code" and value is True:
+            found.append(key)
+        else:
+            found += remote_code_keys(value, key + ".")
+    return found
+
+
+def require_trusted(recipe: Any, trusted: bool) -> None:
+    """A recipe may make transformers or vLLM run a model repository's own Python code only
+    when the user says so on the command line: without `--trust-remote-code`, ConfigError
+    naming the key and the flag."""
+    if trusted or not (keys := remote_code_keys(recipe)):
+        return
+    more = f" (and {', '.join(keys[1:])})" if len(keys) > 1 else ""
+    raise ConfigError(
+        f"{keys[0]}{more} is true: the recipe would run a model repository's own code; pass {TRUST_FLAG} to allow it"
+    )

@@ -1,0 +1,78 @@
+"""Durable writes: a file that appears whole or not at all, and a full disk said in one line.
+
+`write_atomic` writes to a temporary file beside the target, fsyncs it and renames it into
+place, so a crash or a full disk leaves the old file (or none), never a truncated one.
+`disk_full` recognises an error that is really "no space left on device" (an OSError
+ENOSPC anywhere in the chain, or SQLite's "database or disk is full" under MLflow) and turns
+it into a `DiskFullError` whose message is one line naming the path."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+
+class DiskFullError(OSError):
+    """No space left on the device holding `filename`: one line, what to do included."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left on device (the disk is full) writing {path}; free space and rerun: "
+            "nothing half-written was kept, the rerun redoes what did not finish",
+            str(path),
+        )
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through `.<name>.tmp` in the same folder: fsync'd, then renamed
+    over `path` (and the folder fsync'd, so the rename survives a crash). On any failure the
+    temporary file is removed and `path` is untouched; ENOSPC raises DiskFullError(path)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC and not isinstance(e, DiskFullError):
+            raise DiskFullError(path) from e
+        raise
+
+
+def _chain(exc: BaseException):
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def disk_full(exc: BaseException, where: str | Path | None = None, database: str | None = None) -> DiskFullError | None:
+    """The DiskFullError `exc` amounts to, or None when it is not about a full disk. The path
+    is the failing file's when the error names one, else `where` (the folder being written);
+    SQLite's "database or disk is full" names `database` (the MLflow store's URI)."""
+    for e in _chain(exc):
+        if isinstance(e, DiskFullError):
+            return e
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            return DiskFullError(e.filename or where or "an unnamed file")
+        text = str(e).lower()
+        if "database or disk is full" in text:
+            return DiskFullError(database or where or "a database")
+        if "no space left on device" in text:
+            return DiskFullError(where or database or "an unnamed file")
+    return None
