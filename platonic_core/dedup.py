@@ -1,8 +1,9 @@
 """Contamination audit and dedup: training texts that match an eval caption.
 
 Levels, each reported separately (a level's counts include the stricter levels' matches):
-- exact: equal after normalisation (NFKC, case, punctuation, whitespace): one DuckDB hash
-  join over the corpus Parquet (`sql/dedup_exact.sql`), the normaliser as a UDF;
+- exact: equal after normalisation (`platonic_core/matchnorm.py`: NFKC, invisible characters
+  removed, Cyrillic/Greek look-alikes folded to Latin, case, punctuation, whitespace): one
+  DuckDB hash join over the corpus Parquet (`sql/dedup_exact.sql`), the normaliser as a UDF;
 - near: Jaccard >= `near.threshold` over word-n-gram shingles, found by MinHash LSH
   (`platonic_core/minhash.py`) and verified by the exact Jaccard of each candidate;
 - embed (opt-in): cosine >= `embed.threshold` between sentence embeddings
@@ -10,7 +11,8 @@ Levels, each reported separately (a level's counts include the stricter levels' 
 
 `audit` reports, per eval set and level, the eval captions and images with a match and the
 matching training texts with their source kind and provenance (`matches.parquet`,
-`summary.json`, `summary.md`). `dedup` (the pipeline stage) audits the eval split, then
+`summary.json`, `summary.md`), and how many matched pairs each normalisation step adds
+(`matches_by_step`). `dedup` (the pipeline stage) audits the eval split, then
 applies the removal policy (`sql/dedup_remove.sql`): counts add up, in == kept + removed,
 and removed == the sum over reasons.
 
@@ -22,9 +24,7 @@ from __future__ import annotations
 
 import glob
 import json
-import re
 import time
-import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .data.catalog import duckdb_literal, sql
+from .matchnorm import STEP_NAMES, match_step, normalize_text
 from .progress import bar
 
 if TYPE_CHECKING:
@@ -65,14 +66,6 @@ MATCH_SCHEMA = pa.schema(
         ("source_row", pa.int64()),
     ]
 )
-
-_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
-
-
-def normalize_text(text: str) -> str:
-    """NFKC, lower case, punctuation removed, whitespace collapsed."""
-    t = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(_PUNCT.sub(" ", t).split())
 
 
 def _norm_udf(arr: pa.Array) -> pa.Array:
@@ -361,6 +354,9 @@ def _summary(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, stats: dict) -> d
         }
     for row in con.sql("SELECT * FROM kind_counts").to_arrow_table().to_pylist():
         sets[row["eval_set"]]["levels"][row["level"]]["texts_by_kind"][row["source_kind"]] = row["texts"]
+    for name, by_level in _step_counts(con, cfg).items():
+        if name in sets:
+            sets[name]["matches_by_step"] = by_level
     corpus_texts = con.sql("SELECT count(*) FROM corpus").fetchall()[0][0]
     return {
         "levels": [lv for lv in LEVELS if lv in cfg.levels],
@@ -372,10 +368,33 @@ def _summary(con: duckdb.DuckDBPyConnection, cfg: MatchConfig, stats: dict) -> d
     }
 
 
+def _step_counts(con: duckdb.DuckDBPyConnection, cfg: MatchConfig) -> dict[str, dict[str, dict[str, int]]]:
+    """Per eval set and normalised level (exact, near): the pairs first matched at that level
+    (`pairs`), split by the first normalisation step whose key matches them: `plain` (case,
+    punctuation, whitespace), or only because of `nfkc`, `ignorables`, `confusables` (each
+    with the ones before it switched on). The split sums to `pairs`. Only matched pairs are
+    re-normalised, so this costs nothing next to the audit."""
+    levels = [lv for lv in ("exact", "near") if lv in cfg.levels]
+    out = {
+        name: {lv: {"pairs": 0, **dict.fromkeys(STEP_NAMES, 0)} for lv in levels}
+        for (name,) in con.sql("SELECT DISTINCT eval_set FROM eval ORDER BY 1").fetchall()
+    }
+    if not levels:
+        return out
+    rows = con.execute(
+        "SELECT eval_set, level, eval_text, text FROM matches WHERE level IN (SELECT unnest(?))", [levels]
+    ).fetchall()
+    for name, lv, a, b in rows:
+        c = out[name][lv]
+        c["pairs"] += 1
+        c[match_step(a, b, lv, cfg.near.ngrams, cfg.near.threshold)] += 1
+    return out
+
+
 def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str:
     """The readable report: per eval set, per level, how much is contaminated, and examples."""
     lines = [f"# Contamination audit: {summary['corpus_texts']:,} training texts", ""]
-    defs = {"exact": "equal after normalisation (NFKC, case, punctuation, whitespace)"}
+    defs = {"exact": "equal after normalisation (NFKC, invisible characters, look-alike letters, case, punctuation)"}
     if summary.get("near"):
         n = summary["near"]
         defs["near"] = (
@@ -398,6 +417,21 @@ def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str
                 f"| {name} | {lv} | {c['captions']} / {s['eval_captions']} | {c['captions_new']} | "
                 f"{c['images']} / {s['eval_images']} | {c['texts']} | {kinds} |"
             )
+    step_rows = [
+        f"| {name} | {lv} | {c['pairs']} | " + " | ".join(str(c[k]) for k in STEP_NAMES) + " |"
+        for name, s in summary["eval_sets"].items()
+        for lv, c in s.get("matches_by_step", {}).items()
+    ]
+    if step_rows:
+        lines += [
+            "",
+            "Normalisation: of the (eval caption, training text) pairs a level adds, how many match with `plain` "
+            "keys (case, punctuation, whitespace) and how many only because of each further step.",
+            "",
+            f"| eval set | level | pairs | {' | '.join(STEP_NAMES)} |",
+            "|---|---|---|" + "---|" * len(STEP_NAMES),
+            *step_rows,
+        ]
     rows = matches.to_pylist()
     for lv in summary["levels"]:
         ex = [r for r in rows if r["level"] == lv][:examples]
@@ -440,6 +474,9 @@ def audit_metrics(summary: dict) -> dict[str, int]:
         for lv, c in s["levels"].items():
             for k in ("captions", "images", "texts"):
                 out[f"{name}/{lv}/{k}"] = int(c[k])
+        for lv, c in s.get("matches_by_step", {}).items():
+            out[f"{name}/{lv}/pairs"] = int(c["pairs"])
+            out.update({f"{name}/{lv}/by_{k}": int(c[k]) for k in STEP_NAMES})
     return out
 
 
@@ -529,9 +566,14 @@ def dedup(
                 f"matched_{lv}_texts": c["texts"],
             }
         )
+    for lv, c in ev.get("matches_by_step", {}).items():
+        counts[f"matched_{lv}_pairs"] = c["pairs"]
+        counts.update({f"matched_{lv}_by_{k}": c[k] for k in STEP_NAMES})
     counts.update({f"removed_{k}": int(v) for k, v in sorted(by_kind.items())})
     assert counts["in"] == counts["kept"] + counts["removed"], counts
     assert counts["removed"] == sum(reasons.values()), counts
+    for lv in ev.get("matches_by_step", {}):
+        assert counts[f"matched_{lv}_pairs"] == sum(counts[f"matched_{lv}_by_{k}"] for k in STEP_NAMES), counts
     (out / "report.json").write_text(
         json.dumps(
             {

@@ -111,6 +111,13 @@ def _hsic_unbiased(kk: torch.Tensor, ll: torch.Tensor) -> torch.Tensor:
 def cka(a: torch.Tensor, b: torch.Tensor, kernel: str = "linear", sigma: float = 1.0, unbiased: bool = False) -> float:
     """Centered kernel alignment of (N, Da), (N, Db); float64 for stability."""
     a, b = a.double(), b.double()
+    if kernel == "linear" and not unbiased and a.size(0) > a.size(1) + b.size(1):
+        # the same biased HSIC in feature space: trace(K H L H) = ||(HA)^T (HB)||_F^2 for
+        # K = A A^T, L = B B^T (H is idempotent). Memory O(N·D + D^2), not N x N matrices
+        # (28.8 GB at N = 60k); the kernel form below is kept where N is the smaller side.
+        ac, bc = a - a.mean(0), b - b.mean(0)
+        hsic_ab, hsic_aa, hsic_bb = ((x.T @ y).square().sum() for x, y in ((ac, bc), (ac, ac), (bc, bc)))
+        return (hsic_ab / (torch.sqrt(hsic_aa * hsic_bb) + 1e-6)).item()
     if kernel == "linear":
         kk, ll = a @ a.T, b @ b.T
     elif kernel == "rbf":
@@ -145,6 +152,36 @@ def cknna(a: torch.Tensor, b: torch.Tensor, k: int = 10) -> float:
 
 
 METRICS = ("mutual_knn", "cycle_knn", "cka", "cka_rbf", "unbiased_cka", "cknna")
+# N x N float64 matrices alive at once, about (the kernels, their centred / masked copies and a
+# product): these metrics need O(N^2) memory. Linear `cka` is computed in feature space (O(N·D))
+# and the kNN metrics in row chunks, so they are not listed.
+KERNEL_MATRICES = {"cka_rbf": 5, "unbiased_cka": 5, "cknna": 8}
+
+
+def available_memory() -> int | None:
+    """Bytes the system can give without swapping (Linux MemAvailable); None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_kernel_memory(metric: str, n: int, available: int | None = None) -> None:
+    """Refuse, before anything is allocated, a kernel metric whose N x N matrices do not fit."""
+    if metric not in KERNEL_MATRICES:
+        return
+    need = KERNEL_MATRICES[metric] * n * n * 8
+    available = available_memory() if available is None else available
+    if available is not None and need > available:
+        raise ValueError(
+            f"{metric} at N = {n:,} needs about {need / 1e9:.1f} GB ({KERNEL_MATRICES[metric]} N x N float64 "
+            f"matrices), {available / 1e9:.1f} GB available: use --metric cka (linear, O(N·D) memory) or "
+            "mutual_knn, or fewer samples"
+        )
 
 
 def score_pair(
@@ -292,6 +329,7 @@ def alignment(
     if a[0].size(0) != b[0].size(0):
         raise ValueError(f"sample counts differ: {a[0].size(0)} vs {b[0].size(0)}")
     check_k(k, a[0].size(0))
+    check_kernel_memory(metric, a[0].size(0))
     a, b = clamp_layers(a, clamp_q, clamp), clamp_layers(b, clamp_q, clamp)
     la = range(len(a)) if layers == "best" else [len(a) - 1]
     lb = range(len(b)) if layers == "best" else [len(b) - 1]

@@ -269,6 +269,48 @@ def test_embed_level_finds_paraphrases(report_inputs):
     assert [(r["text_id"], r["level"]) for r in m] == [("P:alt:0", "embed")] and 0.7 <= m[0]["score"] <= 1
 
 
+def test_homoglyphs_and_invisible_characters_do_not_hide_a_copy(tmp_path):
+    corpus = [
+        "a red cube left of a blue ball",
+        "a green cone above a small sphere",
+        "the yellow torus right of a cylinder",
+        "Two dogs play in the snow",
+    ]
+    rows = [{"image_id": f"I{n}", "text_id": f"T{n}", "source_kind": "alt", "text": x} for n, x in enumerate(corpus)]
+    pq.write_table(text_table(rows), tmp_path / "corpus.parquet")
+    captions = [
+        "a r\u0435d cub\u0435 l\u0435ft of a blu\u0435 ball",  # Cyrillic е: only the confusable folding
+        "a green co\u00adne above a small sphe\u200bre",  # soft hyphen, zero-width space: only ignorables
+        "ｔｈｅ yellow torus right of a cylinder",  # full-width: only NFKC
+        "two dogs play in the snow!",  # case and punctuation: plain
+        "a r\u0435d cub\u0435 l\u0435ft of a blu\u0435 ball on the floor",  # near, only with the folding
+    ]
+    (tmp_path / "e.txt").write_text("\n".join(captions) + "\n")
+    evals = eval_table(dict([load_eval_spec(f"captions:{tmp_path / 'e.txt'}")]))
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = AuditConfig(corpus=[str(tmp_path / "corpus.parquet")], eval=["-"])
+    s = audit(cfg.corpus, evals, cfg, out)
+    ev = s["eval_sets"]["captions:e"]
+    assert ev["levels"]["exact"]["captions"] == 4 and ev["levels"]["near"]["captions"] == 5
+    m = {r["eval_text"]: (r["level"], r["text_id"]) for r in pq.read_table(out / "matches.parquet").to_pylist()}
+    assert [m[c] for c in captions] == [
+        ("exact", "T0"),
+        ("exact", "T1"),
+        ("exact", "T2"),
+        ("exact", "T3"),
+        ("near", "T0"),
+    ]
+    by_step = ev["matches_by_step"]
+    assert by_step["exact"] == {"pairs": 4, "plain": 1, "nfkc": 1, "ignorables": 1, "confusables": 1}
+    assert by_step["near"] == {"pairs": 1, "plain": 0, "nfkc": 0, "ignorables": 0, "confusables": 1}
+    for c in by_step.values():  # the split adds up
+        assert c["pairs"] == sum(v for k, v in c.items() if k != "pairs")
+    assert json.loads((out / "summary.json").read_text())["eval_sets"]["captions:e"]["matches_by_step"] == by_step
+    assert "| captions:e | exact | 4 | 1 | 1 | 1 | 1 |" in (out / "summary.md").read_text()
+    assert pq.read_table(out / "matches.parquet").column("eval_text").to_pylist()[0] in captions  # stored as is
+
+
 # ---- the dedup stage's removal policy --------------------------------------------------------
 
 
@@ -303,6 +345,8 @@ def test_dedup_stage_removes_per_level_and_counts_add_up(tmp_path, remove, polic
     assert counts["in"] == counts["kept"] + counts["removed"] == len(CORPUS)
     assert counts["removed"] == sum(v for k, v in counts.items() if k.startswith("removed_by_"))
     assert counts["matched_exact_captions"] == 1 and counts["matched_near_texts"] == 2  # audited either way
+    for lv, pairs in (("exact", 1), ("near", 1)):  # every pair split by the normalisation step it needed
+        assert counts[f"matched_{lv}_pairs"] == counts[f"matched_{lv}_by_plain"] == pairs
     assert (out / "summary.md").is_file() and pq.read_table(out / "matches.parquet").num_rows == 2
     kept = pq.read_table(out / "texts.parquet")["text_id"].to_pylist()
     assert kept == [t for _i, t, _k, _x in CORPUS if t not in removed]

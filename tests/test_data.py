@@ -104,6 +104,38 @@ def test_normalize_text():
     assert normalize_text("...") == ""
 
 
+def test_normalize_text_removes_invisible_characters_and_folds_look_alikes():
+    plain = normalize_text("a red cube left of a blue ball")
+    assert normalize_text("a r\u0435d cub\u0435 l\u0435ft of a blu\u0435 ball") == plain  # Cyrillic е
+    assert normalize_text("A RED CUBE LEFT OF A BLUE BALL".replace("E", "\u0395")) == plain  # Greek Ε
+    assert normalize_text("a red cu\u00adbe left of a blue ball") == plain  # soft hyphen: not "cu be"
+    assert normalize_text("a red cu\u200bbe le\u200dft of a\ufeff blue ball\ufe0f") == plain  # ZWSP, ZWJ, BOM, VS16
+    assert normalize_text("cafe\u00ad\u0301") == normalize_text("café")  # recomposed once the hyphen is gone
+    assert normalize_text("ΗΕΛΛΟ") == "heλλo" and normalize_text("η") == "n"  # upper and lower case look-alikes
+    assert normalize_text("\u1fb3") == normalize_text("αι") == "ai"  # folded after case folding too
+    # each step can be switched off (the audit's per-step counts): `()` is case/punctuation only
+    assert normalize_text("cu\u00adbe", ()) == "cu be" and normalize_text("ｒｅｄ", ()) == "ｒｅｄ"
+    assert normalize_text("r\u0435d", ("nfkc", "ignorables")) == "r\u0435d"
+
+
+def test_ascii_keys_are_unchanged_by_the_new_steps():
+    import re
+
+    ascii_texts = ["".join(map(chr, range(32, 127))), "  A\tred\n\ncircle. ", "img_1234.jpg", "Two dogs, (big)!"]
+    for t in ascii_texts:
+        today = " ".join(re.sub(r"[^\w\s]", " ", t.casefold()).split())  # the key before issue 33
+        assert normalize_text(t) == normalize_text(t, ()) == normalize_text(t, ("nfkc",)) == today
+
+
+def test_default_ignorable_ranges_are_unicode_s():
+    regex = pytest.importorskip("regex")
+    from platonic.core.matchnorm import DEFAULT_IGNORABLE_RANGES
+
+    di = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    ours = {cp for lo, hi in DEFAULT_IGNORABLE_RANGES for cp in range(lo, hi + 1)}
+    assert ours == {cp for cp in range(0x110000) if di.match(chr(cp))}
+
+
 TRAIN = [  # (image_id, text_id, source_kind, text, matches eval?)
     ("A", "A:alt:0", "alt", "A red circle.", "e1"),
     ("A", "A:recap:0", "recap", "a  RED circle!!", "e1"),

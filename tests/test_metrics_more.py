@@ -30,6 +30,34 @@ def test_linear_cka_matches_the_feature_space_formula():
     assert cka(x, y) == pytest.approx(expected.item(), rel=1e-4)
 
 
+def test_linear_cka_feature_and_kernel_forms_agree():
+    from platonic.core.metrics import _hsic_biased
+
+    for n, da, db in ((60, 5, 4), (10, 20, 12)):  # feature form (N > Da + Db), then the kernel form
+        x, y = rand(n, da, 20), rand(n, db, 21)
+        y[:, :4] += x[:, :4]
+        kk, ll = x @ x.T, y @ y.T
+        kernel = _hsic_biased(kk, ll) / (torch.sqrt(_hsic_biased(kk, kk) * _hsic_biased(ll, ll)) + 1e-6)
+        assert cka(x, y) == pytest.approx(kernel.item(), abs=1e-12)
+
+
+def test_linear_cka_memory_is_o_n_d_and_kernel_metrics_refuse_before_allocating(monkeypatch):
+    import platonic.core.metrics as m
+
+    # N = 60k: the kernel form would hold 28.8 GB per N x N float64 matrix
+    x = rand(60_000, 8, 22)
+    assert cka(x, x @ torch.linalg.qr(rand(8, 8, 23))[0]) == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match=r"unbiased_cka at N = 60,000 needs about 144\.0 GB .* 16\.0 GB available"):
+        m.check_kernel_memory("unbiased_cka", 60_000, available=16 * 10**9)
+    monkeypatch.setattr(m, "available_memory", lambda: 10**5)  # 100 kB: N = 100 kernels do not fit
+    x = rand(100, 8, 24).float()
+    for metric in ("cka_rbf", "unbiased_cka", "cknna"):
+        with pytest.raises(ValueError, match=f"{metric} at N = 100 needs about"):
+            alignment(x, x, metric=metric, k=5)
+    for metric in ("cka", "mutual_knn"):  # bounded: never refused
+        assert alignment(x, x, metric=metric, k=5, n_boot=0).score == pytest.approx(1.0, abs=1e-4)
+
+
 def test_cka_invariances_and_bias():
     x = rand(80, 6, 2)
     q, _ = torch.linalg.qr(rand(6, 6, 3))

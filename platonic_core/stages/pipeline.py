@@ -430,7 +430,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "dedup",
-            2,
+            3,  # 3: invisible characters removed and look-alikes folded for matching; per-step counts
             ("dedup",),
             (
                 "texts.parquet",
