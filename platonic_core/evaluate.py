@@ -47,7 +47,7 @@ def run_evaluate(
     references artifact (real data), the reference rows beside them (realdata/references.py).
     Where the image side defines subsets (the concept set's dog classes), each model is also
     scored on each subset's items alone, at its best layer pair."""
-    from .realdata.evalset import subsets_of
+    from .realdata.evalset import subset_rows
 
     ids = {m: pq.read_table(d / "ids.parquet")["image_id"].to_pylist() for m, d in embeds.items()}
     ref = ids[cfg.image_model]
@@ -55,9 +55,7 @@ def run_evaluate(
         if i != ref:
             raise ValueError(f"embed:{m} and embed:{cfg.image_model} cover different eval images")
     image = load_features(embeds[cfg.image_model] / "features.npz")
-    position = {w: i for i, w in enumerate(ref)}
-    # a subset is scored when it has more than k items
-    subsets = {n: [position[w] for w in ws] for n, ws in subsets_of(embeds[cfg.image_model]).items() if len(ws) > cfg.k}
+    subsets = subset_rows(embeds[cfg.image_model], ref, cfg.k)
     scores = {}
     for m in cfg.text_models:
         text = load_features(embeds[m] / "features.npz")

@@ -105,7 +105,13 @@ def kept_naming_eval_classes(texts: Path, concepts_dir: Path) -> int:
     return sum(1 for x in pq.read_table(texts, columns=["text"])["text"].to_pylist() if pattern.search(x))
 
 
-def subsets_of(image_dir: Path) -> dict[str, list[str]]:
-    """name -> item ids of the subsets an eval set defines (none for the world)."""
+def subset_rows(image_dir: Path, ids: list[str], k: int) -> dict[str, list[int]]:
+    """name -> row positions in `ids` of each subset the image side defines (none for the
+    world) that has more than k items, so a k-NN score on it is defined (a small recipe's
+    classes may hold no dog)."""
     f = Path(image_dir) / "subsets.json"
-    return json.loads(f.read_text()) if f.is_file() else {}
+    if not f.is_file():
+        return {}
+    position = {w: i for i, w in enumerate(ids)}
+    subsets = json.loads(f.read_text())
+    return {name: [position[w] for w in wnids] for name, wnids in subsets.items() if len(wnids) > k}

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from ..features import eval_captions, load_features
 from ..metrics import alignment
 from .baselines import ancestor_vectors, tfidf_features
+from .evalset import subset_rows
 from .hierarchy import NounHierarchy
 
 if TYPE_CHECKING:
@@ -57,10 +58,7 @@ def score_references(
     order = pq.read_table(concepts_dir / "ids.parquet")["image_id"].to_pylist()
     if ids != order:
         raise ValueError(f"{concepts_dir}: eval.parquet and ids.parquet list different classes")
-    subsets = json.loads((concepts_dir / "subsets.json").read_text())
-    position = {w: i for i, w in enumerate(ids)}
-    # a subset is scored when it has more than k items (no dog among a small recipe's classes: none)
-    rows_of = {name: [position[w] for w in wnids] for name, wnids in subsets.items() if len(wnids) > ev.k}
+    rows_of = subset_rows(concepts_dir, ids, ev.k)
     rng = np.random.default_rng(0)
 
     def scored(feats: list[np.ndarray], rows: list[int] | None = None, layers: str = "best"):

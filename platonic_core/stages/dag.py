@@ -14,7 +14,7 @@ from typing import Any
 from ..artifacts import ArtifactStore, Manifest
 from ..config import ConfigError, PipelineConfig
 from ..contract import StageInstance, cache_key, input_digests
-from .pipeline import ORDER, closure, instances
+from .pipeline import ORDER, closure, instances, is_real
 from .registry import spec_of
 
 # what the executor does with an instance: every flow's modes (the pipeline's from `plan`)
@@ -95,7 +95,7 @@ def plan(
         if m != SKIP and i not in ("world", "ingest") and not (i == "positives" and cfg.positives.backend != "world")
     ]
     # the world and the concept set (real data: WordNet) carry their own eval set and image side
-    if cfg.ingest.source not in ("world", "wordnet") and unfed:
+    if cfg.ingest.source != "world" and not is_real(cfg) and unfed:
         raise ConfigError(
             f"the stages after ingest ({', '.join(unfed[:3])}, ...) need a positives backend and images for a "
             f"real corpus ({cfg.ingest.source}), which the 'world' backend cannot provide: run `--only ingest` or "
