@@ -8,8 +8,15 @@ other seeds nor `-m "not e2e"` the served stack."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -21,6 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_TEST = "tests/test_demo.py::test_demo_default_seed"
 
 # whatever needs these (directly or through another fixture) runs a real flow
 E2E_FIXTURES = {"prefect_harness", "tiny_run"}
@@ -78,3 +88,79 @@ def tiny_run(tmp_path_factory, prefect_harness):
     out = tmp_path_factory.mktemp("tiny")
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", [f"out_dir={out}"])
     return out, pipeline(cfg.model_dump(mode="json"))
+
+
+class DemoProcess:
+    """`platonic demo --json [--set ...]` as a user types it, in a fresh folder, as a child
+    process. It gets a PREFECT_HOME of its own so that its temporary Prefect server never shares
+    a database with a CLI test running at the same time; `cpus` pins it (and so its `auto`
+    torch threads) to those CPUs."""
+
+    def __init__(self, folder: Path, sets: tuple[str, ...] = (), cpus: set[int] | None = None):
+        self.folder = folder
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PREFECT_HOME": str(folder / "prefect-home")}
+        env.pop("PREFECT_API_URL", None)  # the embedded temporary server, as on a laptop
+        args = [sys.executable, "-m", "platonic.flows.cli", "demo", "--json"]
+        for s in sets:
+            args += ["--set", s]
+        self._stdout = open(folder / "demo.stdout", "w")  # noqa: SIM115 (closed in result/stop)
+        self._stderr = open(folder / "demo.stderr", "w")  # noqa: SIM115
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            args,
+            cwd=folder,
+            env=env,
+            stdout=self._stdout,
+            stderr=self._stderr,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+
+    def result(self, timeout: float) -> tuple[dict, float]:
+        """(the demo's --json output, wall seconds since it started); fails with its stderr's tail."""
+        left = max(1.0, timeout - (time.perf_counter() - self.t0))
+        try:
+            rc = self.proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"platonic demo still running after {timeout:.0f}s", pytrace=False)
+        wall = time.perf_counter() - self.t0
+        self._stdout.close()
+        self._stderr.close()
+        assert rc == 0, (self.folder / "demo.stderr").read_text()[-4000:]
+        return json.loads((self.folder / "demo.stdout").read_text()), wall
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._stdout.close()
+        self._stderr.close()
+
+
+_BACKGROUND: dict[str, DemoProcess] = {}
+
+
+def pytest_collection_finish(session):
+    """The demo is the longest test (~7 min, most of it training on one process). Where it is
+    selected and this process may use two or more CPUs, it starts now on a CPU of its own and
+    runs beside the rest of the session instead of alone in the middle of it (its test then
+    waits for it); with one CPU the test runs it in place."""
+    if session.config.option.collectonly or not any(item.nodeid == DEMO_TEST for item in session.items):
+        return
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) >= 2:
+        folder = Path(tempfile.mkdtemp(prefix="platonic-demo-"))
+        _BACKGROUND["demo"] = DemoProcess(folder, cpus={cpus[-1]})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    demo = _BACKGROUND.pop("demo", None)
+    if demo is not None:
+        demo.stop()
+        shutil.rmtree(demo.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def demo_run(tmp_path):
+    """The README's demo with its defaults: the one started with the session, else a new one."""
+    return _BACKGROUND.get("demo") or DemoProcess(tmp_path)

@@ -8,27 +8,11 @@ Other world seeds are checked by the `slow` test below (not in the default run).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
+from conftest import DemoProcess
 
 pytestmark = pytest.mark.e2e  # CLI subprocesses running real flows and training
-
-
-def run_demo(tmp_path, *sets: str) -> tuple[dict, float]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PREFECT_API_URL", None)  # the embedded temporary server, as on a laptop
-    args = [sys.executable, "-m", "platonic.flows.cli", "demo", "--json"]
-    for s in sets:
-        args += ["--set", s]
-    t0 = time.perf_counter()
-    p = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
-    wall = time.perf_counter() - t0
-    assert p.returncode == 0, p.stderr[-4000:]
-    return json.loads(p.stdout), wall
 
 
 def assert_ordering(res: dict) -> None:
@@ -39,16 +23,16 @@ def assert_ordering(res: dict) -> None:
     assert s["good"] > s["ntp"] > s["bad"] > res["chance"], s
 
 
-def test_demo_default_seed(tmp_path):
-    res, wall = run_demo(tmp_path)
+def test_demo_default_seed(demo_run):
+    res, wall = demo_run.result(timeout=1800)  # counted from its start; on one CPU beside other tests
     print(f"demo wall time {wall:.0f}s")
-    assert (tmp_path / ".platonic" / "mlflow.db").is_file()
-    assert (tmp_path / ".platonic" / "runs" / res["run_id"] / "results.json").is_file()
+    assert (demo_run.folder / ".platonic" / "mlflow.db").is_file()
+    assert (demo_run.folder / ".platonic" / "runs" / res["run_id"] / "results.json").is_file()
     assert_ordering(res)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world_seed", [1, 2])
 def test_demo_other_world_seeds(tmp_path, world_seed):
-    res, _ = run_demo(tmp_path, f"world.seed={world_seed}", f"seed={world_seed}")
+    res, _ = DemoProcess(tmp_path, (f"world.seed={world_seed}", f"seed={world_seed}")).result(timeout=900)
     assert_ordering(res)
