@@ -1,5 +1,6 @@
 """The `platonic` command.
 
+    platonic --version                           the installed package's version
     platonic demo [--json]                       the whole DAG on the synthetic world
     platonic run CONFIG [--set k=v ...] [--only S | --from S] [--force S ...] [--json]
     platonic stages [CONFIG]                     what each stage reads and writes
@@ -28,6 +29,8 @@ the order `platonic --help` lists them.
 """
 
 from __future__ import annotations
+
+import importlib.metadata
 
 import typer
 
@@ -59,6 +62,21 @@ app = typer.Typer(
     help="Proving and improving the Platonic Representation Hypothesis with JEPAs.",
     epilog=EXAMPLES,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"platonic {importlib.metadata.version('platonic')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    pass
 
 
 app.command()(run.demo)

@@ -334,7 +334,7 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
             )
             ax.fill_between(x[trained], y[:, trained].min(0), y[:, trained].max(0), color=colour, alpha=0.2, lw=0)
             if col == eff["reference"]:
-                ax.axhline(y[:, -1].mean(), ls="--", lw=1, color=colour)
+                ax.axhline(y[:, -1].mean(), ls="--", lw=1, color=colour, label=f"{col}: its final score")
         chance = next(r["chance"] for r in cells["records"])
         ax.axhline(chance, ls=":", lw=1, color="k", label="chance")
         ax.set_xscale("log")
@@ -342,8 +342,10 @@ def curves_plot(cells: dict, eff: dict, path: Path) -> None:
         ax.set_title(cells["rows"][row], fontsize=9)
     axes[0][0].set_ylabel(f"mutual {cells.get('k', 10)}-NN with the image encoder")
     axes[0][-1].legend(frameon=False, fontsize=8)
+    # one panel is narrower than the title: two lines there
     fig.suptitle(
-        f"alignment along training (mean of {len(cells['seeds'])} seeds, band = min–max; □ at initialisation)",
+        f"alignment along training{chr(10) if len(rows) == 1 else ' '}"
+        f"(mean of {len(cells['seeds'])} seeds, band = min–max; □ at initialisation)",
         fontsize=10,
     )
     fig.tight_layout()
@@ -466,7 +468,7 @@ def caption_plot(summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     colours = ["#3b7dd8", "#e0a030", "#c0504d", "#2a8a4a", "#6a3d9a", "#777777"]
     styles = {"lstsq": "-", "procrustes": "--"}
-    n_all = None
+    n_all, n_min = None, None
     for k, (enc, rows) in enumerate(summary["encoders"].items()):
         c = colours[k % len(colours)]
         paired: dict[str, list[tuple[float, dict]]] = {}
@@ -478,6 +480,7 @@ def caption_plot(summary: dict, path: Path) -> None:
             finite = [int(n) for n, _ in pts if n != "all"]
             n_all = n_all or (max(finite) * 10 if finite else 10)
             xs = [n_all if n == "all" else int(n) for n, _ in pts]
+            n_min = min(xs) if n_min is None else min(n_min, *xs)
             ys = [s["mean"] for _, s in pts]
             lo = [s["mean"] - s["ci"][0] if s["ci"][0] is not None else 0 for _, s in pts]
             hi = [s["ci"][1] - s["mean"] if s["ci"][1] is not None else 0 for _, s in pts]
@@ -490,10 +493,10 @@ def caption_plot(summary: dict, path: Path) -> None:
     if "CIDEr-D" in f:
         ax.axhline(f["CIDEr-D"], color="#444444", ls=(0, (1, 3)), lw=1, label="most frequent caption")
     ax.set_xscale("log")
-    if n_all:
-        ticks = sorted({t for t in ax.get_xticks() if 1 <= t < n_all})
+    if n_all:  # the axis spans the data: ticks from the fewest pairs fitted, up to "all"
+        ticks = sorted({t for t in ax.get_xticks() if n_min <= t < n_all})
         ax.set_xticks([*ticks, n_all], [*(f"{int(t)}" for t in ticks), "all"])
-        ax.set_xlim(right=n_all * 1.5)
+        ax.set_xlim(n_min / 1.5, n_all * 1.5)
     ax.set_xlabel("image-caption pairs the map was fitted on")
     ax.set_ylabel("CIDEr-D ×100")
     ax.set_title(f"captions through one map ({len(summary['seeds'])} seeds, {int(summary['confidence'] * 100)}% CI)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import orthogonal_procrustes
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ def fit_map(x: np.ndarray, y: np.ndarray, kind: str = "procrustes", ridge: float
         width = max(x.shape[1], y.shape[1])
         xp = np.pad(xc, ((0, 0), (0, width - x.shape[1])))
         yp = np.pad(yc, ((0, 0), (0, width - y.shape[1])))
-        u, _, vt = np.linalg.svd(xp.T @ yp)
-        return LinearMap(kind, u @ vt, xm, ym, xs, ys, width)
+        rotation, _ = orthogonal_procrustes(xp, yp)  # U Vᵀ from the SVD of Xᵀ Y
+        return LinearMap(kind, rotation, xm, ym, xs, ys, width)
     if kind == "lstsq":
         w = np.linalg.solve(xc.T @ xc + ridge * np.eye(xc.shape[1]), xc.T @ yc)
         return LinearMap(kind, w, xm, ym, xs, ys, x.shape[1])

@@ -10,13 +10,14 @@ stage tasks may run on any thread or worker. Telemetry is switched off by the ap
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sqlite3
 import subprocess
 import tempfile
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,20 @@ def git_commit() -> str | None:
         return None
 
 
+@contextmanager
+def no_model_card_warnings():
+    """mlflow.transformers looks up a hub model card and license for every model it saves and
+    warns when there is none: ours are trained here and have neither, so the two warnings
+    per trained model only cut through the progress bars. Errors still show."""
+    logger = logging.getLogger("mlflow.transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def log_trained_model(
     c: MlflowClient, run_id: str, experiment_id: str, train_dir: Path, mcfg: Any, registered_name: str
 ) -> str:
@@ -294,12 +309,13 @@ def log_trained_model(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "model"
-            mlflow.transformers.save_model(
-                transformers_model={"model": net, "tokenizer": tok},
-                path=str(folder),
-                task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
-                pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
-            )
+            with no_model_card_warnings():
+                mlflow.transformers.save_model(
+                    transformers_model={"model": net, "tokenizer": tok},
+                    path=str(folder),
+                    task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
+                    pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
+                )
             write_extras(folder, info, tensors)
             c.log_model_artifacts(logged.model_id, str(folder))
         c.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)

@@ -67,7 +67,6 @@ def test_best_layer_pair_across_formats(files):
         (("a.npy", "short.npy"), "sample counts differ"),
         (("short.npy", "short.npy", "--k", "50"), "at least k+1"),
         (("a.npy", "missing.npy"), "no such feature file"),
-        (("a.npy", "a.npy", "--metric", "svcca"), "unknown metric"),
         (("a.npy", "a.npy", "--k", "0"), "k = 0"),
         (("a.npy", "a.npy", "--k", "-3"), "k = -3"),
         (("a.npy", "a.npy", "--k", "120"), "at least k+1"),

@@ -74,8 +74,9 @@ _AVX2_EPYC = {
     "embed:good": "b2f3d05ec1267761c6dbe9ab9b3f32f63c5af9d528f185db6250337e076eba93",
     "embed:ntp": "0d05f22b3beab2fffca97cb5ce120ddc6c8775f6a9758862ee069a381b4b3176",
     "embed:bad": "5876578ed31ce819ef017673aa00c182fa531c1ccae8c82da8fe628fc49e5253",
-    "ceiling": "c9abc444c68ba973a6dd3bd7056a2dbfb223284df2a92dabf6a8d8b2c274bb22",
-    "evaluate": "a7e8b5a2ef8511eb63b082c9f57ac097c598b1b4153951ff6ce51beaf0efd6e9",
+    # ceiling 2 and evaluate 4: BCa bootstrap intervals (scipy), re-pinned on this kind
+    "ceiling": "c787e5b11cff23142d7b1ca4cb106e7a1bb562c5dd01f0f2864ab755846dea90",
+    "evaluate": "235e171b65409728159258812e65f71e317d612917d9957f107625226f7604c7",
 }
 TRAINED_PINS = {
     "AuthenticAMD family 25 model 1 AVX2": _AVX2_EPYC,
@@ -88,10 +89,13 @@ TRAINED_PINS = {
         "embed:good": "218b7203299e6b4a93aeb81429bdd5f525a4dce3e253dae60cd34744cbfd8946",
         "embed:ntp": "7b91ce47b0f20cba59404505ec6223d17c62efdfa6af1ab58b17e0db9b81dda3",
         "embed:bad": "e3c757bb30481554ef3a4446b5704af0ebc6ab695ec09bb89b8746230804a60f",
-        "ceiling": "3623cc7d88a5ab40a95b4044c5c618a22e311cc3c4c22b060334666749dcb2dd",
-        "evaluate": "caf929c20aecc78e9770cca3affb1e5f2efc8f0a16ab27033e08419022e41f4e",
+        # ceiling and evaluate: not re-pinned since their BCa intervals (ceiling 2, evaluate 4);
+        # no machine of this kind was at hand. Re-pin there: drop the kind from PARTIAL_PINS, run, copy.
     },
 }
+
+
+PARTIAL_PINS = {"AuthenticAMD family 26 model 2 AVX512"}
 
 
 def cpu_kind() -> str:
@@ -218,9 +222,11 @@ def test_trained_stages_match_this_cpu_kinds_byte_pins(tiny_run):
     _, res = tiny_run
     pinned = TRAINED_PINS[kind]
     got = {k: v["digest"] for k, v in res["stages"].items() if k.startswith(TRAINED)}
+    # a kind whose pins lag a stage's new version leaves that stage out (PARTIAL_PINS): parts 2
+    # and 3 still cover it
     diffs = [
         f"  {k}: expected {pinned.get(k)}\n  {' ' * len(k)}       got {got.get(k)}"
-        for k in pinned | got
+        for k in (pinned if kind in PARTIAL_PINS else pinned | got)
         if pinned.get(k) != got.get(k)
     ]
     assert not diffs, f"{len(diffs)} trained stage digest(s) differ from {kind}'s byte pins:\n" + "\n".join(diffs)

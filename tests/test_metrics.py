@@ -239,6 +239,26 @@ def test_bootstrap_ci():
     assert bootstrap_ci(ps, n_boot=0) == (pytest.approx(ps.mean()), pytest.approx(ps.mean()))
 
 
+def test_bootstrap_ci_is_scipys_bca_over_the_resamples_the_hand_written_one_drew():
+    """scipy.stats.bootstrap in place of the hand-written percentile bootstrap: the same
+    resampling unit (samples) and the same draws for a seed; BCa instead of the percentile
+    interval, which for a skewed score (rare hits) moves the interval, not the mean."""
+    from scipy import stats
+
+    ps = (np.random.default_rng(3).random(400) < 0.04).astype(np.float32)  # rare hits: skewed
+    rng = np.random.default_rng(0)
+    means = ps[rng.integers(0, len(ps), size=(1000, len(ps)))].mean(1)
+    hand = np.quantile(means, [0.025, 0.975])  # the code this replaced
+    percentile = stats.bootstrap((ps,), np.mean, n_resamples=1000, method="percentile", rng=np.random.default_rng(0))
+    np.testing.assert_allclose(percentile.confidence_interval, hand, atol=1e-6)  # same draws
+    assert percentile.bootstrap_distribution == pytest.approx(means, abs=1e-7)
+    lo, hi = bootstrap_ci(ps, 1000, seed=0)
+    bca = stats.bootstrap((ps,), np.mean, n_resamples=1000, method="BCa", rng=np.random.default_rng(0))
+    assert (lo, hi) == (float(bca.confidence_interval.low), float(bca.confidence_interval.high))
+    assert (lo, hi) != pytest.approx(tuple(hand), abs=1e-4)  # BCa, not the percentile interval
+    assert lo < ps.mean() < hi and hi - lo == pytest.approx(hand[1] - hand[0], rel=0.2)
+
+
 def test_alignment_ci_contains_score():
     torch.manual_seed(7)
     a = torch.randn(80, 8)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -17,31 +18,40 @@ from .common import _reported_errors, fail
 
 def ingest(
     sources: list[str] = typer.Argument(
-        ..., help="shard files, folders, globs, fsspec URIs or hf://datasets/<org>/<name>[@rev]"
+        ..., help="shard files, folders, globs, fsspec URIs or hf://datasets/<org>/<name>[@rev]", metavar="SOURCE"
     ),
-    fmt: str = typer.Option(..., "--format", help="recap | wds | coco | jsonl (jsonl also reads .csv/.tsv)"),
+    fmt: Literal["recap", "wds", "coco", "jsonl"] = typer.Option(
+        ..., "--format", help="the shards' layout (jsonl also reads .csv/.tsv)"
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="output folder (default: the store, .platonic/artifacts/ingest/<key>)"
     ),
     config: Path | None = typer.Option(None, "--config", help="take the ingest section from this recipe"),
-    sets: list[str] = typer.Option([], "--set", help="override a field, e.g. ingest.text_columns={caption: alt}"),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a field, e.g. ingest.text_columns={caption: alt}"
+    ),
     id_column: str | None = typer.Option(
         None, "--id-column", help="the image id column (jsonl/wds; default per format)"
     ),
-    text_column: list[str] = typer.Option([], "--text-column", help="COLUMN=KIND, e.g. caption=alt (repeatable)"),
+    text_column: list[str] = typer.Option(
+        [], "--text-column", metavar="COLUMN=KIND", help="COLUMN=KIND, e.g. caption=alt (repeatable)"
+    ),
     index_column: str | None = typer.Option(
         None, "--index-column", help="a per-row text index (several rows per image)"
     ),
     revision: str | None = typer.Option(None, "--revision", help="hub sources: the revision to pin"),
-    include: list[str] = typer.Option([], "--include", help="only shards matching this pattern (repeatable)"),
+    include: list[str] = typer.Option(
+        [], "--include", metavar="PATTERN", help="only shards matching this pattern (repeatable)"
+    ),
     force: bool = typer.Option(False, "--force", help="re-run the stage even on a cache hit (shards stay cached)"),
     out_dir: str | None = typer.Option(
         None, "--out-dir", help="where the shard cache and MLflow live (default .platonic)"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the counts as JSON"),
 ) -> None:
-    """Ingest a real corpus: shards -> normalised Parquet partitions + DuckDB catalog.
+    """Ingest a real corpus into Parquet and a DuckDB catalog.
 
+    Shards -> normalised Parquet partitions + DuckDB catalog.
     Prints texts in / kept / quarantined by reason, per shard. A shard that cannot be read
     is reported (exit code 1) and the others still complete; rerun after fixing it: the
     shards already ingested are not redone."""
@@ -57,8 +67,6 @@ def ingest(
             *sets,
             *([f"out_dir={out_dir}"] if out_dir else []),
         ]
-        if fmt not in ("recap", "wds", "coco", "jsonl"):
-            raise ConfigError(f"--format must be recap, wds, coco or jsonl, not {fmt!r}")
         cfg = load_config(config, overrides)
         services.embedded_defaults()
         from platonic.core.contract import IncompleteArtifact
@@ -187,21 +195,29 @@ def corpus_stats_cmd(
 
 def audit(
     corpus: list[str] = typer.Option(
-        ..., "--corpus", help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)"
+        ...,
+        "--corpus",
+        metavar="PATH",
+        help="Parquet in the text schema: file, glob, folder or artifact folder (repeatable)",
     ),
     evals: list[str] = typer.Option(
         ...,
         "--eval",
+        metavar="SPEC",
         help="wit_1024 | prh:SOURCE | coco_karpathy:JSON | flickr_karpathy:JSON (test split; JSON@val for "
         "another) | coco_captions:JSON | world:DIR | captions:FILE (repeatable)",
     ),
     levels: str = typer.Option("exact,near", "--levels", help="comma-separated: exact, near, embed"),
-    sets: list[str] = typer.Option([], "--set", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."
+    ),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where artifacts and MLflow live"),
     force: bool = typer.Option(False, "--force", help="re-run even if this audit is cached"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
-    """Contamination audit: which eval captions (and images) have a match in a training corpus, per level."""
+    """Contamination audit of eval sets against a corpus.
+
+    Which eval captions (and images) have a match in a training corpus, per level."""
     from pydantic import ValidationError
 
     from platonic.core.config import AuditConfig, _format_validation_error, apply_overrides

@@ -16,6 +16,8 @@ from platonic.core.config import ConfigError, PipelineConfig, load_config
 from .. import services
 from .common import _reported_errors, fail
 
+TABLE_WIDTH = 100  # the demo's table fits a 100-column terminal; longer cells wrap inside it
+
 
 def _run(
     cfg: PipelineConfig,
@@ -42,25 +44,30 @@ def _run(
 
 
 def print_summary(results: dict) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     con = Console(width=max(120, Console().width), highlight=False)
     if "models" in results:
+        # at most 100 columns (tests/test_cli_help.py): no side borders, two spaces between
+        # columns, the CI beside its score, the train runs on a line of their own
         t = Table(
             title=f"mutual {results['k']}-NN with the image encoder '{results['image_model']}' "
-            f"(N={results['n']}, chance {results['chance']:.4f})"
+            f"(N={results['n']}, chance {results['chance']:.4f})",
+            caption="rotation R@1 (t→i / i→t), residual: one rotation fitted on half the pairs, scored on the rest",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1, 0, 0),
+            show_edge=False,
         )
         for col in (
             "model",
-            "objective",
-            "mutual kNN",
-            "95% CI",
+            "objective (views)",
+            "mutual kNN [95% CI]",
             "layers",
             "of ceiling",
-            "rotation R@1 t→i / i→t",
+            "rotation R@1",
             "residual",
-            "train run",
         ):
             t.add_column(col)
         for name in results["ordering"]:
@@ -69,15 +76,16 @@ def print_summary(results: dict) -> None:
             t.add_row(
                 name,
                 f"{s['kind']} ({s['views']})",
-                f"{s['mutual_knn']:.4f}",
-                f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]",
+                f"{s['mutual_knn']:.4f} [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]",
                 f"{s['layer_a']}, {s['layer_b']}",
                 f"{s['fraction_of_ceiling']:.3f}" if "fraction_of_ceiling" in s else "–",
                 f"{r.get('t2i_R@1', float('nan')):.3f} / {r.get('i2t_R@1', float('nan')):.3f}",
                 f"{r.get('heldout_residual', float('nan')):.3f}",
-                s["train_run_id"][:12],
             )
-        con.print(t)
+        con.print(t, width=TABLE_WIDTH)
+        con.print(
+            "train runs: " + ", ".join(f"{m} {results['models'][m]['train_run_id'][:12]}" for m in results["ordering"])
+        )
         con.print(f"ordering: {' > '.join(results['ordering'])}")
         for name in results["ordering"]:
             c = results["models"][name].get("curve")
@@ -112,30 +120,40 @@ def print_summary(results: dict) -> None:
 
 def demo(
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
-    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value"),
+    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a recipe field: key=value"),
     out_dir: str | None = typer.Option(None, "--out-dir", help="where artifacts and MLflow live (default .platonic)"),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
-    """Run the whole DAG on the synthetic world (CPU, offline, a few minutes)."""
+    """Run the whole DAG on the synthetic world. CPU, offline, a few minutes."""
     with _reported_errors():
         cfg = load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])])
         _run(cfg, None, None, [], as_json, trust_remote_code=trust_remote_code)
 
 
 def run(
-    config: Path = typer.Argument(..., help="YAML recipe, e.g. configs/demo.yaml"),
-    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
-    only: str | None = typer.Option(None, "--only", help="execute only this stage (upstream from cache)"),
-    from_stage: str | None = typer.Option(None, "--from", help="re-execute this stage and everything after it"),
-    force: list[str] = typer.Option([], "--force", help="re-execute this stage even on a cache hit (repeatable)"),
+    config: Path = typer.Argument(..., help="YAML recipe, e.g. configs/demo.yaml", metavar="RECIPE"),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a recipe field: key=value (repeatable)"
+    ),
+    only: str | None = typer.Option(
+        None, "--only", metavar="STAGE", help="execute only this stage (upstream from cache)"
+    ),
+    from_stage: str | None = typer.Option(
+        None, "--from", metavar="STAGE", help="re-execute this stage and everything after it"
+    ),
+    force: list[str] = typer.Option(
+        [], "--force", metavar="STAGE", help="re-execute this stage even on a cache hit (repeatable)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
-    """Run a recipe; stages whose cache key is unchanged are not executed."""
+    """Run a recipe, executing only the stages not in the cache.
+
+    A stage whose cache key is unchanged is not executed again."""
     with _reported_errors():
         command = shlex.join(["platonic", "run", str(config), *(a for s in sets for a in ("--set", s))])
         _run(load_config(config, sets), only, from_stage, force, as_json, command, trust_remote_code)
@@ -143,17 +161,21 @@ def run(
 
 def ablate(
     recipe: str = typer.Argument(
-        ..., help="ablation recipe: a YAML file (configs/table7.yaml) or a packaged name (table7)"
+        ..., help="ablation recipe: a YAML file (configs/table7.yaml) or a packaged name (table7)", metavar="RECIPE"
     ),
     quick: bool = typer.Option(False, "--quick", help="apply the recipe's `quick` overrides (small world, short runs)"),
-    sets: list[str] = typer.Option([], "--set", help="override an ablation field: key=value, e.g. seeds=[0,1,2,3]"),
-    base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe in every cell"),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override an ablation field: key=value, e.g. seeds=[0,1,2,3]"
+    ),
+    base_sets: list[str] = typer.Option(
+        [], "--base-set", metavar="KEY=VALUE", help="override the base pipeline recipe in every cell"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
-    """Run an ablation grid (rows: positives; columns: objectives; seeds) as one flow."""
+    """Run an ablation grid over seeds as one flow. Rows: positives; columns: objectives."""
     from ..api import ablate as run_ablation
 
     with _reported_errors():
@@ -173,14 +195,16 @@ def ablate(
 
 def table(
     experiment: str = typer.Argument(
-        ..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)"
+        ..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)", metavar="EXPERIMENT"
     ),
     run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Print the Table-7-like grid of an ablation run (mean ± CI over seeds), rebuilt from the
-    per-cell scores stored in MLflow, and log it to that run as table.md."""
+    """Print the grid of an ablation run (mean ± CI over seeds).
+
+    The Table-7-like grid, rebuilt from the per-cell scores stored in MLflow and logged to that
+    run as table.md."""
     services.embedded_defaults()
     from platonic.core.ablation import grid_table
     from platonic.core.report import ablation_table
@@ -202,7 +226,7 @@ def table(
 
 
 def forecast(
-    experiment: str = typer.Argument(..., help="MLflow experiment of the ablation (e.g. table7)"),
+    experiment: str = typer.Argument(..., help="MLflow experiment of the ablation (e.g. table7)", metavar="EXPERIMENT"),
     model: str = typer.Option(..., "--model", help="a column of the grid, e.g. good"),
     row: str | None = typer.Option(None, "--row", help="a row of the grid (default: the scaling row)"),
     samples: float | None = typer.Option(None, "--samples", help="budget to predict (default: the largest, held out)"),
@@ -210,8 +234,10 @@ def forecast(
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Fit the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predict one run
-    at another budget, with an interval (runs at that budget are left out of the fit)."""
+    """Predict a run at another budget from a fitted scaling law.
+
+    Fits the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predicts one run at
+    another budget, with an interval (runs at that budget are left out of the fit)."""
     services.embedded_defaults()
     from platonic.core.ablation import forecast_from_cells
     from platonic.tasks.runs import load_ablation_run
@@ -246,8 +272,10 @@ def forecast(
     typer.echo(f"from MLflow run {run}")
 
 
-def stages(config: Path | None = typer.Argument(None, help="recipe (default: the demo's)")) -> None:
-    """List the stages: what each reads (config), takes (inputs) and writes."""
+def stages(config: Path | None = typer.Argument(None, help="recipe (default: the demo's)", metavar="RECIPE")) -> None:
+    """List the stages: what each reads, takes and writes.
+
+    Reads: recipe fields; takes: upstream artifacts; writes: its own files."""
     from rich.console import Console
     from rich.table import Table
 

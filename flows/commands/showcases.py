@@ -17,14 +17,18 @@ from .common import _reported_errors, fail
 
 
 def compare(
-    config: Path = typer.Argument(..., help="comparison recipe, e.g. configs/paper_table.yaml"),
-    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    config: Path = typer.Argument(..., help="comparison recipe, e.g. configs/paper_table.yaml", metavar="RECIPE"),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a recipe field: key=value (repeatable)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
-    """The paper's table: every text model x vision encoder x eval set (mutual kNN, cached)."""
+    """The paper's table over models and eval sets.
+
+    Every text model x vision encoder x eval set (mutual kNN, cached)."""
     from platonic.core.config import CompareConfig
 
     with _reported_errors():
@@ -46,16 +50,22 @@ def compare(
 
 def match(
     config: str = typer.Argument(
-        ..., help="match recipe: a YAML file (configs/match_world.yaml) or a packaged name (match_world)"
+        ...,
+        help="match recipe: a YAML file (configs/match_world.yaml) or a packaged name (match_world)",
+        metavar="RECIPE",
     ),
-    sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value (repeatable)"),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a recipe field: key=value (repeatable)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
-    """Pair-free classification: k-means image clusters matched to class-name embeddings by
-    their kernels alone (no image-text pair); top-1/top-5 vs chance and the labelled oracle."""
+    """Pair-free classification: image clusters to class names.
+
+    K-means image clusters matched to class-name embeddings by their kernels alone (no
+    image-text pair); top-1/top-5 vs chance and the labelled oracle."""
     from platonic.core.config import ClassMatchConfig
     from platonic.core.stages import match_base
 
@@ -88,18 +98,28 @@ def _match_summary(results: dict) -> dict:
 
 def caption(
     recipe: str = typer.Argument(
-        ..., help="caption recipe: a YAML file (configs/caption_world.yaml) or a packaged name (caption_world)"
+        ...,
+        help="caption recipe: a YAML file (configs/caption_world.yaml) or a packaged name (caption_world)",
+        metavar="RECIPE",
     ),
-    sets: list[str] = typer.Option([], "--set", help="override a caption field: key=value, e.g. seeds=[0]"),
-    base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe"),
-    force: list[str] = typer.Option([], "--force", help="re-execute this caption stage even on a cache hit"),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a caption field: key=value, e.g. seeds=[0]"
+    ),
+    base_sets: list[str] = typer.Option(
+        [], "--base-set", metavar="KEY=VALUE", help="override the base pipeline recipe"
+    ),
+    force: list[str] = typer.Option(
+        [], "--force", metavar="STAGE", help="re-execute this caption stage even on a cache hit"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the results (run ids, summary) as JSON to stdout"),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
-    """Captions through one map: image encoder -> linear map (paired at N pairs, or pair-free) ->
-    a decoder trained on text only; scored with pycocoevalcap (needs Java)."""
+    """Captions through one map, scored with pycocoevalcap.
+
+    Image encoder -> linear map (paired at N pairs, or pair-free) -> a decoder trained on text
+    only; scored with pycocoevalcap (needs Java)."""
     from platonic.core.caption.recipe import load_caption
     from platonic.core.caption.score import MissingJava, MissingScorer, require_java, require_scorer
 
@@ -139,10 +159,12 @@ def caption(
 
 
 def stand_ins(
-    out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them"),
+    out: Path = typer.Argument(Path(".platonic/stand-ins"), help="where to write them", metavar="DIR"),
     n: int = typer.Option(64, "--n", help="eval scenes in the PRH-format set"),
 ) -> None:
-    """Build tiny local models + a PRH-format eval set for `platonic compare configs/compare_tiny.yaml`."""
+    """Build tiny local models and a PRH-format eval set.
+
+    For `platonic compare configs/compare_tiny.yaml` and the positives backends."""
     from platonic.flows.standins import build_standins
 
     for k, v in build_standins(out, n=n).items():

@@ -7,17 +7,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import typer
 
 from .. import services
 from .common import fail
 
+# the parser's choices, spelled here so that `align --help` does not import torch;
+# tests/test_cli_help.py checks them against platonic.core.metrics's METRICS and CLAMPS
+Metric = Literal["mutual_knn", "cycle_knn", "cka", "cka_rbf", "unbiased_cka", "cknna"]
+Clamp = Literal["mean", "exact", "none"]
+
 
 def server(
     stop: bool = typer.Option(False, "--stop", help="stop the server this command started"),
 ) -> None:
-    """Start a Prefect server on this machine (127.0.0.1:4200, in the background) for warm reruns:
+    """Start a local Prefect server for warm reruns.
+
+    On this machine (127.0.0.1:4200, in the background):
     while it is up, run/demo/ablate/... report to it instead of starting a temporary server
     (about 10-20 s each). Its UI: http://127.0.0.1:4200. Stop it with `platonic server --stop`."""
     services.embedded_defaults()
@@ -41,11 +49,15 @@ def server(
 
 
 def export(
-    run_id: str = typer.Argument(..., help="the MLflow run of a train stage (train:good, train:ntp, ...)"),
-    dest: Path = typer.Argument(..., help="a new or empty folder"),
+    run_id: str = typer.Argument(
+        ..., help="the MLflow run of a train stage (train:good, train:ntp, ...)", metavar="RUN_ID"
+    ),
+    dest: Path = typer.Argument(..., help="a new or empty folder", metavar="DEST"),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where the run's store lives"),
 ) -> None:
-    """A trained text encoder as a Hugging Face folder: AutoModel/AutoTokenizer.from_pretrained(DEST)."""
+    """Export a trained text encoder as a Hugging Face folder.
+
+    AutoModel/AutoTokenizer.from_pretrained(DEST) read it."""
     services.embedded_defaults()
     from platonic.core.export import export_pretrained
     from platonic.tasks.lineage import LineageError, train_artifact
@@ -59,11 +71,13 @@ def export(
 
 
 def lineage(
-    run_id: str = typer.Argument(..., help="an MLflow run id: a pipeline (parent) run or any stage run"),
+    run_id: str = typer.Argument(
+        ..., help="an MLflow run id: a pipeline (parent) run or any stage run", metavar="RUN_ID"
+    ),
     out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """The chain from an evaluation run back to the ingested source."""
+    """Trace an evaluation run back to the ingested source."""
     services.embedded_defaults()
     from platonic.tasks.lineage import LineageError, print_lineage, trace
 
@@ -78,34 +92,30 @@ def lineage(
 
 
 def align(
-    a: Path = typer.Argument(..., help="features: .npz (layer_i), .npy, .pt or .parquet; (N, D) or (L, N, D)"),
-    b: Path = typer.Argument(...),
-    metric: str = typer.Option(
-        "mutual_knn", "--metric", help="mutual_knn, cycle_knn, cka, cka_rbf, unbiased_cka, cknna"
+    a: Path = typer.Argument(
+        ..., help="features: .npz (layer_i), .npy, .pt or .parquet; (N, D) or (L, N, D)", metavar="A"
     ),
+    b: Path = typer.Argument(..., metavar="B"),
+    metric: Metric = typer.Option("mutual_knn", "--metric", help="the alignment metric (docs/method.md)"),
     k: int = typer.Option(10, "--k"),
-    clamp: str = typer.Option(
+    clamp: Clamp = typer.Option(
         "mean",
         "--clamp",
         help="outlier clamp at the 0.95 quantile of |x|: mean (per-sample quantiles averaged, as the "
         "published PRH numbers), exact (the global sorted quantile) or none",
     ),
-    layers: str = typer.Option("best", "--layers", help="best (all layer pairs) or last"),
-    backend: str = typer.Option("dense", "--backend", help="kNN search: dense (torch) or faiss (exact, large N)"),
+    layers: Literal["best", "last"] = typer.Option("best", "--layers", help="best (all layer pairs) or last"),
+    backend: Literal["dense", "faiss"] = typer.Option(
+        "dense", "--backend", help="kNN search: dense (torch) or faiss (exact, large N)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Score two feature files as platonic-rep does (best over layer pairs)."""
-    from platonic.core.features import load_features
-    from platonic.core.metrics import CLAMPS, METRICS, alignment
+    """Score the alignment of two feature files.
 
-    if metric not in METRICS:
-        fail(f"unknown metric {metric!r} (available: {', '.join(METRICS)})")
-    if layers not in ("best", "last"):
-        fail(f"--layers must be best or last, not {layers!r}")
-    if clamp not in CLAMPS:
-        fail(f"--clamp must be mean, exact or none, not {clamp!r}")
-    if backend not in ("dense", "faiss"):
-        fail(f"--backend must be dense or faiss, not {backend!r}")
+    As platonic-rep does: the best over layer pairs."""
+    from platonic.core.features import load_features
+    from platonic.core.metrics import alignment
+
     try:
         fa, fb = load_features(a), load_features(b)
         s = alignment(fa, fb, k=k, clamp=clamp, layers=layers, metric=metric, backend=backend)
@@ -120,7 +130,7 @@ def align(
 
 def serve_chat(
     model: list[str] = typer.Option(
-        ..., "--model", help="a local transformers model folder (repeatable); served under this name"
+        ..., "--model", metavar="DIR", help="a local transformers model folder (repeatable); served under this name"
     ),
     port: int = typer.Option(8000, "--port"),
     host: str = typer.Option("127.0.0.1", "--host"),
@@ -131,8 +141,10 @@ def serve_chat(
     refuse_every: int = typer.Option(0, "--refuse-every", help="every N-th request answers a refusal"),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
 ) -> None:
-    """POST /v1/chat/completions + GET /v1/models over local transformers models, with
-    failure injection: what the openai positives backend talks to, without a GPU."""
+    """Serve local models over an OpenAI-compatible chat API.
+
+    POST /v1/chat/completions + GET /v1/models over local transformers models, with failure
+    injection: what the openai positives backend talks to, without a GPU."""
     from platonic.flows.serve_chat import Faults, serve
 
     for m in model:

@@ -148,7 +148,7 @@ class GenHttpConfig(Section):
     concurrency: int = Field(16, ge=1)
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)
-    backoff_s: float = Field(1.0, ge=0)  # first retry waits ~backoff_s, doubling, with jitter
+    backoff_s: float = Field(1.0, ge=0)  # retry n waits up to backoff_s·2^(n-1) (full jitter), or Retry-After
     # the key is sent to the recipe's base_url: a recipe must not name another secret
     # (AWS_SECRET_ACCESS_KEY, a password) and ship it off
     api_key_env: str = Field(

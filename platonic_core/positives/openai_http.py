@@ -1,23 +1,26 @@
 """OpenAI-compatible chat completions over HTTP: what `vllm serve` (and many others) expose.
 
 Requests of one batch run concurrently (at most `http.concurrency` in flight), each with a
-timeout; 429, 5xx, 408, timeouts and connection errors are retried with exponential
-backoff and jitter (a `Retry-After` header is honoured). What still fails comes back as a
-Completion with a reason: timeout, http_<code>, connection_error, refusal, bad_response;
-an empty answer becomes empty_output downstream.
+timeout; 429, 5xx, 408, 409, 425, timeouts and connection errors are retried by tenacity
+with exponential backoff and full jitter, or after the server's `Retry-After` (seconds or an
+HTTP date) where that is longer. What still fails comes back as a Completion with a reason:
+timeout, http_<code>, connection_error, refusal, bad_response; an empty answer becomes
+empty_output downstream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from itertools import islice
 from typing import TYPE_CHECKING
 
 import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from .jobs import TASKS, Completion, Job
 
@@ -25,6 +28,40 @@ if TYPE_CHECKING:
     from ..config import PositivesConfig
 
 RETRY_STATUS = {408, 409, 425, 429}  # and every 5xx
+
+
+class Retryable(Exception):
+    """One failed attempt worth another: its reason, and the server's Retry-After in seconds."""
+
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason, self.retry_after = reason, retry_after
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A Retry-After header: delay-seconds or an HTTP date (RFC 9110 10.2.3); None if neither."""
+    value = (value or "").strip()
+    if value.replace(".", "", 1).isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+class BackoffOrRetryAfter:
+    """tenacity's wait: exponential backoff with full jitter, or the failed attempt's
+    Retry-After where that is longer."""
+
+    def __init__(self, backoff_s: float):
+        self.backoff = wait_random_exponential(multiplier=backoff_s)
+
+    def __call__(self, state: RetryCallState) -> float:
+        failure = state.outcome.exception() if state.outcome else None
+        return max(self.backoff(state), getattr(failure, "retry_after", None) or 0.0)
 
 
 def parse_completion(data: dict) -> Completion:
@@ -71,37 +108,42 @@ class OpenAIChatBackend:
 
     async def _one(self, client: httpx.AsyncClient, url: str, payload: dict, sem: asyncio.Semaphore) -> Completion:
         h = self.cfg.http
-        reason = "error"
         t0 = time.perf_counter()
-        for attempt in range(h.max_retries + 1):
-            wait = h.backoff_s * (2**attempt) * (0.5 + random.random())  # jitter: no thundering herd
-            async with sem:  # the limit covers requests in flight, not backoff sleeps
-                self.attempts += 1
-                try:
-                    resp = await client.post(url, json=payload, timeout=h.timeout_s)
-                except httpx.TimeoutException:
-                    reason = "timeout"
-                except httpx.TransportError:
-                    reason = "connection_error"
-                else:
-                    if resp.status_code == 200:
-                        try:
-                            c = parse_completion(resp.json())
-                        except ValueError:
-                            c = Completion(None, "bad_response")
-                        c.seconds = time.perf_counter() - t0
-                        return c
-                    reason = f"http_{resp.status_code}"
-                    if resp.status_code < 500 and resp.status_code not in RETRY_STATUS:
-                        return Completion(
-                            None, reason, seconds=time.perf_counter() - t0
-                        )  # 400, 401, 404: retrying won't help
-                    retry_after = resp.headers.get("retry-after", "")
-                    if retry_after.replace(".", "", 1).isdigit():
-                        wait = max(wait, float(retry_after))
-            if attempt < h.max_retries:
-                await asyncio.sleep(wait)
-        return Completion(None, reason, seconds=time.perf_counter() - t0)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(h.max_retries + 1),
+            wait=BackoffOrRetryAfter(h.backoff_s),
+            retry=retry_if_exception_type(Retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    async with sem:  # the limit covers requests in flight, not backoff sleeps
+                        c = await self._attempt(client, url, payload)
+        except Retryable as e:
+            c = Completion(None, e.reason)
+        c.seconds = time.perf_counter() - t0
+        return c
+
+    async def _attempt(self, client: httpx.AsyncClient, url: str, payload: dict) -> Completion:
+        """One request: a Completion, or Retryable for 429, 5xx, 408, 409, 425, timeouts and
+        connection errors (400, 401, 404: retrying won't help, a Completion with the code)."""
+        self.attempts += 1
+        try:
+            resp = await client.post(url, json=payload, timeout=self.cfg.http.timeout_s)
+        except httpx.TimeoutException:
+            raise Retryable("timeout") from None
+        except httpx.TransportError:
+            raise Retryable("connection_error") from None
+        if resp.status_code == 200:
+            try:
+                return parse_completion(resp.json())
+            except ValueError:
+                return Completion(None, "bad_response")
+        reason = f"http_{resp.status_code}"
+        if resp.status_code < 500 and resp.status_code not in RETRY_STATUS:
+            return Completion(None, reason)
+        raise Retryable(reason, retry_after_seconds(resp.headers.get("retry-after")))
 
     async def _batch(self, client: httpx.AsyncClient, task: str, jobs: list[Job], sem) -> list[Completion]:
         url = getattr(self.cfg.models, TASKS[task]).base_url.rstrip("/") + "/chat/completions"

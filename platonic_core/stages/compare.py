@@ -64,7 +64,7 @@ COMPARE_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "compare",
-            2,
+            3,  # 3: BCa bootstrap intervals (scipy)
             ("k", "clamp_quantile", "clamp", "layers", "bootstrap", "retrieval"),
             ("scores.json", "table.md"),
             compare,

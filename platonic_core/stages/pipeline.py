@@ -489,7 +489,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "ceiling",
-            1,
+            2,  # 2: BCa bootstrap intervals (scipy)
             (
                 "evaluate.image_model",
                 "evaluate.k",
@@ -524,7 +524,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "evaluate",
-            3,
+            4,  # 4: BCa bootstrap intervals (scipy)
             ("evaluate",),
             ("scores.json", "table.md", "alignment.png"),
             evaluate,
