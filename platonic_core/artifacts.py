@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .durable import DiskFullError, write_atomic
-from .processes import pid_alive
+from .durable import DiskFullError, sweep_scratch, write_atomic
 
 MANIFEST = "manifest.json"
 # written first into a folder of the user's choosing that a stage works in (`in_place`): the
@@ -260,11 +259,7 @@ class ArtifactStore:
         host and process, so the scratch of a producer that died (kill -9) is recognised and
         swept here, while another live run's (or another host's, on a shared out_dir) stays."""
         tmp = self.folder(stage, cache_key).with_name(f".{cache_key}.tmp-{_HOST}-{os.getpid()}")
-        if tmp.parent.is_dir():
-            for stale in tmp.parent.glob(f".*.tmp-{_HOST}-*"):
-                pid = stale.name.rsplit("-", 1)[1]
-                if stale != tmp and pid.isdigit() and not pid_alive(int(pid)):
-                    shutil.rmtree(stale, ignore_errors=True)
+        sweep_scratch(tmp.parent)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp

@@ -348,3 +348,32 @@ def test_a_stop_request_saves_the_state_between_steps_and_the_rerun_ends_bit_ide
     summary = run_train(mcfg, 3, views, out, state_dir=ck, show_progress=False)
     assert summary["resumed_from_step"] == 11
     assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
+
+
+def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, tmp_path):
+    """A run killed while writing a checkpoint left `.tmp-step_<n>-<pid>` in the state folder
+    for good. The scratch is now named after host and pid, and the next checkpoint written
+    there sweeps what dead processes of this host left; a live process's stays."""
+    from platonic.core.durable import HOST
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ck = tmp_path / "ck"
+    stale = ck / f".step_000000005.tmp-{HOST}-{int(dead.stdout)}"
+    live = ck / f".step_000000007.tmp-{HOST}-{os.getppid()}"
+    for d in (stale, live):
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"half")
+    args = ["--recipe", str(views.parent / "recipe.yaml"), "--model", "good", "--input", str(views)]
+    main(
+        [
+            *args,
+            "--out",
+            str(tmp_path / "o"),
+            "--checkpoints",
+            str(ck),
+            "--set",
+            "train.models.good.checkpoint_every=16",
+        ]
+    )
+    assert not stale.exists() and live.exists()
+    assert [p.name for p in ck.glob("step_*")]
