@@ -144,10 +144,12 @@ def file_stats(folder: Path, names: Iterable[str]) -> dict[str, list[int]]:
     return {n: [(st := (folder / n).stat()).st_size, st.st_mtime_ns] for n in names}
 
 
-def verify(manifest: Manifest) -> str | None:
+def verify(manifest: Manifest, full: bool = False) -> str | None:
     """Why a committed artifact's files no longer are what its manifest recorded (None: they
-    are). A file whose size and mtime are unchanged since the commit is trusted; any other
-    is rehashed. Manifests from before per-file digests are checked by the whole digest."""
+    are). A file whose size and mtime are unchanged since the commit is trusted (the fast
+    path of every cache hit), unless `full`: then every file is rehashed (`platonic verify`),
+    which also catches bytes rewritten in place with the size kept and the mtime reset.
+    Manifests from before per-file digests are checked by the whole digest."""
     folder = manifest.path
     if not manifest.files:
         return None if folder_digest(folder) == manifest.digest else "its content digest differs"
@@ -158,7 +160,7 @@ def verify(manifest: Manifest) -> str | None:
         return f"{extra[0]} was added after it was committed"
     for name, digest in manifest.files.items():
         st = (folder / name).stat()
-        if manifest.file_stats.get(name) == [st.st_size, st.st_mtime_ns]:
+        if not full and manifest.file_stats.get(name) == [st.st_size, st.st_mtime_ns]:
             continue
         if file_digest(folder / name) != digest:
             return f"{name} changed after it was committed (sha256 differs)"
