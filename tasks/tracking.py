@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -88,8 +89,9 @@ def probe_server(uri: str, timeout: float = 3.0) -> None:
     try:
         httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout)
     except httpx.HTTPError as e:
+        shown = re.sub(r"//[^/@]*@", "//***@", uri)  # credentials in the URI are not printed
         raise TrackingServerDown(
-            f"MLFLOW_TRACKING_URI={uri}: no server answers there ({type(e).__name__}: {e}); "
+            f"MLFLOW_TRACKING_URI={shown}: no server answers there ({type(e).__name__}); "
             "start the MLflow server, or unset MLFLOW_TRACKING_URI to use the SQLite store under out_dir"
         ) from None
 

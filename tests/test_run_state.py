@@ -514,6 +514,21 @@ def test_a_dead_mlflow_tracking_uri_is_one_line_within_seconds(tmp_path):
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
 
 
+def test_the_tracking_probe_names_the_uri_without_its_credentials():
+    from platonic.tasks import tracking
+
+    held = _port_held_closed()
+    port = held.getsockname()[1]
+    try:
+        with pytest.raises(tracking.TrackingServerDown) as e:
+            tracking.probe_server(f"http://user:s3cret@127.0.0.1:{port}")
+    finally:
+        held.close()
+    assert str(e.value).startswith(f"MLFLOW_TRACKING_URI=http://***@127.0.0.1:{port}: no server answers there")
+    assert "s3cret" not in str(e.value)
+    tracking.probe_server("sqlite:////nowhere/mlflow.db")  # a local store is not probed
+
+
 def test_an_unwritable_prefect_home_is_one_line_before_the_temporary_server_starts(tmp_path):
     """HOME where nothing can be written (here: below a regular file, which even root cannot
     create folders in): Prefect's temporary server cannot create its database, and Prefect

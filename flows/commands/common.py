@@ -36,8 +36,8 @@ def _reported_errors():
     except KeyboardInterrupt as e:  # Ctrl-C: the stage stopped, its runs are closed KILLED
         said = f"{e}; " if str(e) else ""
         typer.echo(
-            f"error: interrupted: {said}the MLflow runs are marked KILLED; every stage that finished is cached: "
-            "rerun the command to go on",
+            f"error: interrupted: {said}the MLflow runs it opened are marked KILLED; "
+            "every stage that finished is cached: rerun the command to go on",
             err=True,
         )
         services.exit_now(ctrl_c.EXIT_CODE)  # not Prefect's event drain at exit (a server gone with the Ctrl-C)

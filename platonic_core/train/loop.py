@@ -221,7 +221,9 @@ def train_model(
                 save_train_state(state_dir, model, opt, sampler, step, step * cfg.batch_size)
             if world > 1:
                 dist.barrier()
-        kept = f"a rerun resumes from {latest_checkpoint(state_dir)}" if latest_checkpoint(state_dir) else "no state"
+        kept = (
+            f"a rerun resumes from {latest_checkpoint(state_dir)}" if latest_checkpoint(state_dir) else "nothing saved"
+        )
         raise interrupt.Interrupted(f"{desc} stopped at step {step} of {steps}; {kept}")
 
     for step in _stoppable(steps_bar, stop_before):
