@@ -51,6 +51,7 @@ def run_config(
     on an empty cache raises (UpstreamNotCached). A recipe that turns `trust_remote_code`
     on is refused (ConfigError) unless `trust_remote_code` is passed."""
     from platonic.core.stages.dag import plan
+    from platonic.tasks import tracking
 
     require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts
@@ -60,8 +61,9 @@ def run_config(
         from .pipeline import require_cached
 
         require_cached(cfg, modes, f"build them first: {command}")
-    services.tie_temporary_server()  # when no server was found
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    tracking.probe_server(tracking.tracking_uri(cfg.out_dir))  # a dead MLflow server: one line before Prefect starts
+    services.tie_temporary_server()  # when no server was found
     from .pipeline import pipeline
 
     return pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=list(force) or None)
@@ -77,12 +79,14 @@ def ablate(
     """Run an ablation grid (`configs/table7.yaml`, a sweep, ...) as one flow; returns its
     results (run ids, `summary`, `output_dir` with table.md and the plots)."""
     from platonic.core.ablation import load_ablation
+    from platonic.tasks import tracking
 
     abl, cells = load_ablation(str(recipe), list(sets), list(base_sets), quick)
     for cell in cells:
         require_trusted(cell.cfg, trust_remote_code)
     Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
     services.embedded_defaults()
+    tracking.probe_server(tracking.tracking_uri(cells[0].cfg.out_dir))  # a dead MLflow server: one line now
     services.choose_prefect_server()
     from .ablate import ablate as ablate_flow
 

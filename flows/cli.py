@@ -17,6 +17,7 @@
     platonic corpus stats [--dir DIR] [--json]   texts per image, lengths, sources, quarantine
     platonic audit --corpus PATH --eval SPEC ... contamination audit: exact, near-duplicate, embedding
     platonic server [--stop]                     a Prefect server on this machine for warm reruns
+    platonic verify [--out-dir DIR]             rehash every cached artifact (not the size+mtime fast path)
     platonic export RUN_ID DEST                  a trained text encoder as a Hugging Face folder
     platonic serve-chat --model DIR --port P     a loopback OpenAI-compatible chat server (tiny local models)
 
@@ -95,6 +96,7 @@ app.command()(run.stages)
 app.command()(tools.server)
 app.command()(tools.export)
 app.command()(tools.lineage)
+app.command()(tools.verify)
 app.command()(tools.align)
 app.command("serve-chat")(tools.serve_chat)
 

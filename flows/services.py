@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
-from platonic.core.config import ServicesConfig
+from platonic.core.config import ConfigError, ServicesConfig
 
 QUIET = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
@@ -91,6 +94,25 @@ def choose_prefect_server() -> str:
     return use_local_server() or tie_temporary_server()
 
 
+def check_prefect_home() -> None:
+    """The temporary server keeps its database in PREFECT_HOME (default ~/.prefect): where
+    that cannot be written (HOME read-only or missing), it never starts, and Prefect says so
+    only after its startup timeout, as a connection timeout (measured: 229 s, 2,516 lines).
+    Say it in one line (ConfigError) before starting it."""
+    from prefect.settings import PREFECT_HOME
+
+    home = Path(PREFECT_HOME.value()).expanduser()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=home, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"PREFECT_HOME {home} is not writable ({e.strerror or e}); Prefect's temporary server keeps its "
+            "database there: set PREFECT_HOME (or HOME) to a writable folder, or PREFECT_API_URL to a running server"
+        ) from None
+
+
 class ServerWatch:
     """Whether the Prefect server at `url` still answers, as a state that changes only when
     `poll` sees it change: `poll()` probes once and returns the line to say, or None when
@@ -151,10 +173,13 @@ def tie_temporary_server() -> str:
     """The API URL a Prefect profile sets, else "temporary": the temporary server Prefect will
     start, each of its processes under a watchdog. It imports Prefect's server module
     (seconds), which the flow would import anyway."""
-    from prefect.settings import PREFECT_API_URL
+    with warnings.catch_warnings():  # a home Prefect cannot create is said below, in one line
+        warnings.filterwarnings("ignore", "Failed to create the Prefect home", UserWarning)
+        from prefect.settings import PREFECT_API_URL
 
     if url := PREFECT_API_URL.value():
         return url
+    check_prefect_home()
     from prefect.server.api.server import SubprocessASGIServer
 
     from .watchdog import watch
@@ -168,7 +193,9 @@ def tie_temporary_server() -> str:
             self.watchdogs: list[subprocess.Popen] = getattr(self, "watchdogs", [])
 
         def _run_uvicorn_command(self) -> subprocess.Popen:
-            proc = super()._run_uvicorn_command()
+            # in a session of its own: a Ctrl-C to the run's process group stops the run, which
+            # still reports to the server how it ended; the watchdog stops the server after it
+            proc = _in_own_session(super()._run_uvicorn_command)
             self.watchdogs.append(watch(proc.pid, ["uvicorn", "--port", str(self.port)]))
             return proc
 
@@ -181,6 +208,28 @@ def tie_temporary_server() -> str:
 
     TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
     return "temporary"
+
+
+def _in_own_session(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """`start()`, Prefect's code that starts the server with `subprocess.Popen`, with the
+    process started in a new session (its own process group)."""
+    from prefect.server.api import server as module
+
+    real = module.subprocess
+
+    class NewSession:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        @staticmethod
+        def Popen(*args, **kwargs) -> subprocess.Popen:  # noqa: N802 (subprocess's name)
+            return real.Popen(*args, **{**kwargs, "start_new_session": True})
+
+    module.subprocess = NewSession()
+    try:
+        return start()
+    finally:
+        module.subprocess = real
 
 
 def apply(services: ServicesConfig) -> dict[str, str]:

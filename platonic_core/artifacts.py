@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .durable import DiskFullError, write_atomic
-from .processes import pid_alive
+from .durable import DiskFullError, sweep_scratch, write_atomic
 
 MANIFEST = "manifest.json"
 # written first into a folder of the user's choosing that a stage works in (`in_place`): the
@@ -145,10 +144,12 @@ def file_stats(folder: Path, names: Iterable[str]) -> dict[str, list[int]]:
     return {n: [(st := (folder / n).stat()).st_size, st.st_mtime_ns] for n in names}
 
 
-def verify(manifest: Manifest) -> str | None:
+def verify(manifest: Manifest, full: bool = False) -> str | None:
     """Why a committed artifact's files no longer are what its manifest recorded (None: they
-    are). A file whose size and mtime are unchanged since the commit is trusted; any other
-    is rehashed. Manifests from before per-file digests are checked by the whole digest."""
+    are). A file whose size and mtime are unchanged since the commit is trusted (the fast
+    path of every cache hit), unless `full`: then every file is rehashed (`platonic verify`),
+    which also catches bytes rewritten in place with the size kept and the mtime reset.
+    Manifests from before per-file digests are checked by the whole digest."""
     folder = manifest.path
     if not manifest.files:
         return None if folder_digest(folder) == manifest.digest else "its content digest differs"
@@ -159,7 +160,7 @@ def verify(manifest: Manifest) -> str | None:
         return f"{extra[0]} was added after it was committed"
     for name, digest in manifest.files.items():
         st = (folder / name).stat()
-        if manifest.file_stats.get(name) == [st.st_size, st.st_mtime_ns]:
+        if not full and manifest.file_stats.get(name) == [st.st_size, st.st_mtime_ns]:
             continue
         if file_digest(folder / name) != digest:
             return f"{name} changed after it was committed (sha256 differs)"
@@ -260,11 +261,7 @@ class ArtifactStore:
         host and process, so the scratch of a producer that died (kill -9) is recognised and
         swept here, while another live run's (or another host's, on a shared out_dir) stays."""
         tmp = self.folder(stage, cache_key).with_name(f".{cache_key}.tmp-{_HOST}-{os.getpid()}")
-        if tmp.parent.is_dir():
-            for stale in tmp.parent.glob(f".*.tmp-{_HOST}-*"):
-                pid = stale.name.rsplit("-", 1)[1]
-                if stale != tmp and pid.isdigit() and not pid_alive(int(pid)):
-                    shutil.rmtree(stale, ignore_errors=True)
+        sweep_scratch(tmp.parent)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp

@@ -4,13 +4,21 @@
 place, so a crash or a full disk leaves the old file (or none), never a truncated one.
 `disk_full` recognises an error that is really "no space left on device" (an OSError
 ENOSPC anywhere in the chain, or SQLite's "database or disk is full" under MLflow) and turns
-it into a `DiskFullError` whose message is one line naming the path."""
+it into a `DiskFullError` whose message is one line naming the path. `scratch` names a
+process's scratch folder so that the next process to use the same place sweeps what a killed
+one left there."""
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
+import socket
 from pathlib import Path
+
+from .processes import pid_alive
+
+HOST = socket.gethostname().replace("-", "_")  # `-` separates the pid in a scratch name
 
 
 class DiskFullError(OSError):
@@ -76,3 +84,23 @@ def disk_full(exc: BaseException, where: str | Path | None = None, database: str
         if "no space left on device" in text:
             return DiskFullError(where or database or "an unnamed file")
     return None
+
+
+def sweep_scratch(folder: Path) -> list[Path]:
+    """Remove the scratch folders (`.<name>.tmp-<host>-<pid>`) in `folder` whose process on
+    this host is gone (killed: kill -9, a crash, a second Ctrl-C); returns them. A live
+    process's scratch stays, and so does another host's (on a shared folder)."""
+    swept = []
+    for stale in Path(folder).glob(f".*.tmp-{HOST}-*"):
+        pid = stale.name.rsplit("-", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+            swept.append(stale)
+    return swept
+
+
+def scratch(folder: Path, name: str) -> Path:
+    """This process's scratch path for `name` in `folder` (`.<name>.tmp-<host>-<pid>`, not
+    created), after sweeping the scratch that dead processes left in `folder`."""
+    sweep_scratch(folder)
+    return Path(folder) / f".{name}.tmp-{HOST}-{os.getpid()}"

@@ -32,6 +32,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.states import Completed, State
 
+from platonic.core import interrupt
 from platonic.core.artifacts import ArtifactStore, Manifest, verify
 from platonic.core.config import PipelineConfig
 from platonic.core.contract import (
@@ -312,9 +313,9 @@ def _execute_locked(
         shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in counts.items())
         log.info("%-14s done       %s in %.1fs: %s", inst.id, manifest.digest[:12], stats["seconds"], shown)
         return manifest, False
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(Exception):  # on a full disk this write fails too: the cause is what to say
-            c.set_terminated(run_id, "FAILED")
+            c.set_terminated(run_id, tracking.end_status(e))
         raise
 
 
@@ -376,6 +377,7 @@ def run_instances(
     todo = [i for i in insts if modes[i.id] != SKIP]
     while todo:
         inst = todo.pop(0)
+        interrupt.check(inst.id)  # Ctrl-C while the last stage finished: the next one does not start
         spec = spec_of(inst)
         batch = [inst]
         if spec.fan_out and mapper is not None:

@@ -56,8 +56,8 @@ def parent_run(
     """Open the parent run of one flow run or command (tags: Prefect flow-run id when in a
     flow, git commit, config digest, the owning process; the config as `config.yaml`;
     `params` flattened), yield the context stage executions log under, and close the run
-    FINISHED, or FAILED if the body raised. Runs that a dead process of this host left
-    RUNNING in the store are marked KILLED first."""
+    FINISHED, KILLED if the user stopped it (Ctrl-C), or FAILED if the body raised. Runs
+    that a dead process of this host left RUNNING in the store are marked KILLED first."""
     from prefect import runtime
 
     out = Path(out_dir).resolve()
@@ -85,7 +85,7 @@ def parent_run(
     except BaseException as e:
         full = disk_full(e, where=out, database=tracking.tracking_uri(out))
         with contextlib.suppress(Exception):  # on a full disk this write fails too: the cause is what to say
-            c.set_terminated(run_id, "FAILED")
+            c.set_terminated(run_id, tracking.end_status(e))
         if full is not None and full is not e:
             raise full from e
         raise

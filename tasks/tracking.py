@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -26,6 +27,7 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from platonic.core.config import ConfigError
 from platonic.core.processes import pid_alive
 
 # tag names, once (MLflow's own, then ours)
@@ -72,11 +74,36 @@ def client(out_dir: str | Path) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
+class TrackingServerDown(ConfigError):
+    """MLFLOW_TRACKING_URI names a server that does not answer: one line naming the URI."""
+
+
+def probe_server(uri: str, timeout: float = 3.0) -> None:
+    """For an http(s) tracking URI: raise TrackingServerDown unless something answers there
+    (any status: a server behind authentication answers too). MLflow's client would retry a
+    dead server silently for about five minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES = 7 with
+    backoff) before its first error. Other URIs (SQLite, files) are not probed."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import httpx
+
+    try:
+        httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout)
+    except httpx.HTTPError as e:
+        shown = re.sub(r"//[^/@]*@", "//***@", uri)  # credentials in the URI are not printed
+        raise TrackingServerDown(
+            f"MLFLOW_TRACKING_URI={shown}: no server answers there ({type(e).__name__}); "
+            "start the MLflow server, or unset MLFLOW_TRACKING_URI to use the SQLite store under out_dir"
+        ) from None
+
+
 def _open_store(uri: str) -> None:
     """Open a SQLite store once per process, under a file lock beside the database: MLflow
     creates and migrates a fresh database on first open, and two processes migrating at once
     break it for good (`table _alembic_tmp_metrics already exists`). Under the lock, a
-    migration a crash interrupted is finished first. A served store migrates itself."""
+    migration a crash interrupted is finished first. A served store migrates itself; it must
+    answer first (`probe_server`)."""
+    probe_server(uri)
     if not uri.startswith("sqlite:///"):
         return
     db = Path(uri.removeprefix("sqlite:///"))
@@ -262,6 +289,12 @@ def mark_killed_runs(c: MlflowClient) -> list[str]:
     for run_id in stale:
         c.set_terminated(run_id, "KILLED")
     return stale
+
+
+def end_status(error: BaseException) -> str:
+    """The status a run ends in when `error` stops it: KILLED for a stop the user asked for
+    (Ctrl-C: KeyboardInterrupt, `platonic.core.interrupt.Interrupted`), FAILED otherwise."""
+    return "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
 
 
 def git_commit() -> str | None:

@@ -160,3 +160,28 @@ def test_a_full_disk_in_a_stage_commit_is_one_line_naming_the_path(tmp_path, mon
     monkeypatch.undo()
     assert disk_full(RuntimeError("(sqlite3.OperationalError) database or disk is full"), database="sqlite:///x.db")
     assert disk_full(ValueError("bad")) is None
+
+
+def test_platonic_verify_rehashes_every_file_and_catches_what_the_fast_path_trusts(tmp_path):
+    """The size+mtime fast path's blind spot: bytes rewritten in place, same size, mtime set
+    back. A cache hit trusts the file; `verify(full=True)` and `platonic verify` rehash every
+    file and name it, exit 1; a sound store exits 0."""
+    from typer.testing import CliRunner
+
+    from platonic.flows.cli import app
+
+    m = _commit(ArtifactStore(tmp_path / "artifacts"), {"t.bin": b"abcd", "u.bin": b"xy"})
+    ok = CliRunner().invoke(app, ["verify", "--out-dir", str(tmp_path)])
+    assert ok.exit_code == 0 and "1 artifacts verified (every file rehashed): 0 changed" in ok.output
+    path = m.path / "t.bin"
+    st = path.stat()
+    path.write_bytes(b"abce")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert verify(Manifest.read(m.path)) is None  # the fast path trusts it
+    assert verify(Manifest.read(m.path), full=True) == "t.bin changed after it was committed (sha256 differs)"
+    r = CliRunner().invoke(app, ["verify", "--out-dir", str(tmp_path)])
+    assert r.exit_code == 1
+    assert f"changed: {m.path}: t.bin changed after it was committed (sha256 differs); rebuild it: " in r.output
+    assert "platonic run RECIPE --force views" in r.output and "1 changed" in r.output
+    missing = CliRunner().invoke(app, ["verify", "--out-dir", str(tmp_path / "nothing")])
+    assert missing.exit_code == 2

@@ -729,3 +729,33 @@ def test_vectorised_whitespace_rule_is_pythons():
     assert got == [" ".join(p.split()) for p in probes]
     reasons, norm = check_texts(pa.array([" ".join(spaces), "ok", None]), 100)
     assert reasons.to_pylist() == ["empty_text", None, "missing_field"]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+
+
+def test_the_shard_cache_sweeps_the_scratch_of_killed_workers_on_this_host_only(tmp_path):
+    """A worker killed mid-shard left `.<key>.tmp-<pid>` in the shard cache for good (no sweep
+    covered it). Its scratch is now named after host and pid, and the next shard ingested
+    there sweeps the scratch of dead processes of this host."""
+    import os
+
+    from platonic.core.durable import HOST
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(recap_table([recap_row(j) for j in range(4)]), src / "train-00000.parquet")
+    cache = tmp_path / "cache"
+    dead, live, elsewhere = (
+        cache / f".k.tmp-{h}-{p}" for h, p in ((HOST, _dead_pid()), (HOST, os.getppid()), ("b", 1))
+    )
+    for d in (dead, live, elsewhere):
+        (d / "texts").mkdir(parents=True)
+    counts, results = run([src], tmp_path)
+    assert [r.status for r in results] == ["ingested"]
+    assert not dead.exists() and live.exists() and elsewhere.exists()
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1  # the shard's cache entry

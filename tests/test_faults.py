@@ -193,3 +193,105 @@ def test_a_disk_that_fills_during_ingest_then_grows_reruns_cleanly(tmp_path):
             assert verify(m) is None and ArtifactStore.of(cfg.out_dir).lookup(m.stage, m.cache_key) is not None
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def _cli_run_reading_stderr(out: Path, sets: list[str]) -> tuple[subprocess.Popen, list[str]]:
+    """`_cli_run` with extra `--set`s, its stderr collected line by line (tqdm's carriage
+    returns split lines too) by a thread while it runs."""
+    import threading
+
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_API_URL": PREFECT_API_URL.value()}
+    args = [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={out}"]
+    proc = subprocess.Popen(
+        [*args, *(a for s in sets for a in ("--set", s))],
+        cwd=out.parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches a job
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        buf = ""
+        for ch in iter(lambda: proc.stderr.read(1), ""):
+            if ch in "\r\n":
+                lines.append(buf)
+                buf = ""
+            else:
+                buf += ch
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc, lines
+
+
+def _wait_for(proc: subprocess.Popen, what: str, until, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
+
+
+def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_runs_killed(prefect_harness, tmp_path):
+    """Ctrl-C (SIGINT to the CLI's process group) while train:good trains: exit 130 within
+    seconds, one `error: interrupted` line, the parent run and the train:good run KILLED (read
+    with the real MlflowClient), the training state kept. A rerun resumes from it; Ctrl-C
+    twice during that rerun exits at once. A last run finishes from the checkpoint."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sets = ["train.models.good.steps=600", "train.models.good.checkpoint_every=800"]  # a checkpoint every 50 steps
+    ckpts = out / "checkpoints" / "train-good"
+    proc, lines = _cli_run_reading_stderr(out, sets)
+    try:
+        _wait_for(proc, "a training checkpoint", lambda: any(ckpts.glob("*/step_*")))
+        os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 130, lines[-20:]
+    assert time.monotonic() - t0 < 30
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: interrupted: train:good stopped at step"), lines[-20:]
+    (state,) = ckpts.glob("*")
+    stopped_at = max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
+    assert 50 <= stopped_at < 600
+    assert not list((out / "artifacts" / "train" / "good").glob("*/manifest.json"))  # nothing committed for it
+
+    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
+    status = {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
+    assert status.pop(("train:good", "train:good")) == "KILLED"
+    parents = [s for (name, inst), s in status.items() if inst == "parent"]
+    assert parents == ["KILLED"]
+    assert set(status.values()) == {"FINISHED", "KILLED"} and not any(s == "RUNNING" for s in status.values())
+
+    # the rerun resumes; Ctrl-C twice exits at once, with the runs it leaves closed by the next run
+    proc, lines = _cli_run_reading_stderr(out, sets)
+    try:
+        _wait_for(proc, "train:good resuming", lambda: any("train:good" in ln and "running" in ln for ln in lines))
+        left_to_train = f"/{600 - stopped_at} ["  # tqdm counts the steps left: it resumed there
+        _wait_for(proc, "training steps", lambda: any(left_to_train in ln for ln in lines))
+        os.killpg(proc.pid, signal.SIGINT)
+        _wait_for(proc, "the first Ctrl-C's line", lambda: any("interrupted: stopping the run" in ln for ln in lines))
+        os.killpg(proc.pid, signal.SIGINT)
+        t1 = time.monotonic()
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 130 and time.monotonic() - t1 < 5, lines[-20:]
+    assert "error: interrupted twice: exiting now" in lines, lines[-20:]
+
+    again = run_flow(out, tuple(sets))
+    m = Manifest.read(artifact(out, "train:good"))
+    assert m.stats["resumed_from_step"] >= stopped_at
+    assert "train:good" in executed(again) and again["models"]["good"]["train_run_id"] == m.producer_run_id
+    assert not list(ckpts.glob("*"))  # committed: the training state is gone
+    left = c.search_runs([e.experiment_id for e in c.search_experiments()], "attributes.status = 'RUNNING'")
+    assert left == []  # the runs the double Ctrl-C left RUNNING were marked KILLED by the last run

@@ -413,3 +413,144 @@ def test_the_watch_thread_prints_what_the_watch_says(capfd):
     again = watch_prefect_server(url, every=60, probe=lambda u: True)
     again.set()
     assert again is not stop  # a stopped watch is started anew, not handed back stopped
+
+
+# ---- Ctrl-C, and services that do not answer (issue 33 items 5 and 6) -------------------------
+
+
+def test_ctrl_c_asks_a_polling_loop_to_stop_raises_elsewhere_and_a_second_exits_at_once(monkeypatch, capsys):
+    import typer
+
+    from platonic.core import interrupt
+    from platonic.flows import ctrl_c
+    from platonic.flows.commands.common import _reported_errors
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    interrupt.clear()
+    try:
+        with interrupt.polled():  # the training loop: it stops at its next safe point
+            ctrl_c.on_sigint(signal.SIGINT, None)
+            assert interrupt.stop_requested() and exits == []
+            with pytest.raises(SystemExit):  # a second Ctrl-C: out at once
+                ctrl_c.on_sigint(signal.SIGINT, None)
+        assert exits == [130]
+        interrupt.clear()
+        with pytest.raises(KeyboardInterrupt):  # nothing polls: it stops where it is
+            ctrl_c.on_sigint(signal.SIGINT, None)
+        err = capsys.readouterr().err
+        assert "interrupted: stopping the run (Ctrl-C again to exit at once)" in err
+        assert "error: interrupted twice: exiting now" in err
+        # the command's end: one error line, exit 130, without Prefect's event drain (os._exit)
+        with pytest.raises(SystemExit), _reported_errors():
+            raise interrupt.Interrupted("train:good stopped at step 11 of 40; a rerun resumes from X")
+        assert exits == [130, 130]
+        (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert line.startswith("error: interrupted: train:good stopped at step 11 of 40; a rerun resumes from X;")
+        with pytest.raises(typer.Exit) as e, _reported_errors():  # other errors: as before
+            raise ValueError("a stage's own error")
+        assert e.value.exit_code == 1
+    finally:
+        interrupt.clear()
+
+
+def test_a_run_stopped_by_ctrl_c_closes_its_runs_killed_and_a_failed_one_failed(tmp_path, monkeypatch):
+    """Through the real executor and MlflowClient: a stage that raises Interrupted (or
+    KeyboardInterrupt) leaves its run and the parent run KILLED; any other error, FAILED."""
+    import dataclasses
+
+    from platonic.core import interrupt
+    from platonic.core.config import load_config
+    from platonic.core.contract import StageInstance
+    from platonic.core.stages.dag import RUN
+    from platonic.core.stages.registry import SPECS
+    from platonic.tasks import tracking
+    from platonic.tasks.executor import execute
+    from platonic.tasks.runs import parent_run
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    cfg = load_config(TINY, [f"out_dir={out}"])
+    for error, status in ((interrupt.Interrupted("stopped"), "KILLED"), (RuntimeError("broken"), "FAILED")):
+
+        def stage(call, error=error):
+            raise error
+
+        monkeypatch.setitem(SPECS, "world", dataclasses.replace(SPECS["world"], compute=stage))
+        with pytest.raises(type(error)), parent_run(out, status, status, {}, {}) as ctx:
+            execute(StageInstance("world"), cfg, {}, RUN, ctx)
+        c = tracking.client(out)
+        runs = c.search_runs([tracking.experiment_id(c, status, out)])
+        assert len(runs) == 2 and {r.info.status for r in runs} == {status}, status
+
+
+def test_a_dead_mlflow_tracking_uri_is_one_line_within_seconds(tmp_path):
+    """MLFLOW_TRACKING_URI at a port nothing listens on: MLflow's client retried silently
+    for about five minutes (measured: 292 s) before its first error. Now one line naming the
+    URI, before any Prefect server starts."""
+    held = _port_held_closed()
+    uri = f"http://127.0.0.1:{held.getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", "out_dir=out"],
+            cwd=tmp_path,
+            env={**quiet_env(tmp_path), "MLFLOW_TRACKING_URI": uri},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    finally:
+        held.close()
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: MLFLOW_TRACKING_URI={uri}: no server answers"), lines
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
+
+
+def test_the_tracking_probe_names_the_uri_without_its_credentials():
+    from platonic.tasks import tracking
+
+    held = _port_held_closed()
+    port = held.getsockname()[1]
+    try:
+        with pytest.raises(tracking.TrackingServerDown) as e:
+            tracking.probe_server(f"http://user:s3cret@127.0.0.1:{port}")
+    finally:
+        held.close()
+    assert str(e.value).startswith(f"MLFLOW_TRACKING_URI=http://***@127.0.0.1:{port}: no server answers there")
+    assert "s3cret" not in str(e.value)
+    tracking.probe_server("sqlite:////nowhere/mlflow.db")  # a local store is not probed
+
+
+def test_an_unwritable_prefect_home_is_one_line_before_the_temporary_server_starts(tmp_path):
+    """HOME where nothing can be written (here: below a regular file, which even root cannot
+    create folders in): Prefect's temporary server cannot create its database, and Prefect
+    said so only after its startup timeout, as a connection timeout (measured: 229 s, 2,516
+    lines). Now one line naming PREFECT_HOME."""
+    from platonic.flows import services
+
+    if services.local_server_up():
+        pytest.skip("a `platonic server` answers on 127.0.0.1:4200: the run would report to it")
+    (tmp_path / "file").write_text("not a folder")
+    home = tmp_path / "file" / "home"
+    env = {k: v for k, v in quiet_env(tmp_path).items() if k != "PREFECT_HOME"}
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={tmp_path / 'out'}"],
+        cwd=tmp_path,
+        env={**env, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: PREFECT_HOME {home}/.prefect is not writable"), lines
+    assert time.monotonic() - t0 < 90

@@ -316,3 +316,64 @@ def test_gradient_accumulation_matches_one_big_batch_for_next_token(views, tmp_p
     a, b = load_file(str(outs[1] / "model.safetensors")), load_file(str(outs[2] / "model.safetensors"))
     for k in a:
         assert torch.allclose(a[k], b[k], atol=2e-5), k
+
+
+def test_a_stop_request_saves_the_state_between_steps_and_the_rerun_ends_bit_identical(views, tmp_path):
+    """Ctrl-C's stop request (platonic.core.interrupt) during training: the loop stops
+    between two steps, saves the resumable state there (periodic checkpoints are off) and
+    raises Interrupted; the rerun resumes from it and ends bit-identical to an uninterrupted
+    run. While no stop is requested nothing changes (the reference is a plain run)."""
+    from platonic.core import interrupt
+    from platonic.core.config import load_config
+    from platonic.core.train import latest_checkpoint, run_train
+
+    mcfg = load_config(views.parent / "recipe.yaml", ["train.models.bad.steps=40"]).train.models["bad"]
+    ref, out, ck = tmp_path / "ref", tmp_path / "out", tmp_path / "ck"
+    for d in (ref, out):
+        d.mkdir()
+    run_train(mcfg, 3, views, ref, show_progress=False)
+
+    def stop_at_step_10(step: int, metrics: dict) -> None:
+        if step == 10:
+            interrupt.request_stop()  # what the SIGINT handler does
+
+    try:
+        with pytest.raises(interrupt.Interrupted, match="stopped at step 11 of 40; a rerun resumes from"):
+            run_train(mcfg, 3, views, out, on_log=stop_at_step_10, state_dir=ck, show_progress=False)
+    finally:
+        interrupt.clear()
+    assert not (out / "model.safetensors").exists()
+    assert latest_checkpoint(ck).name == "step_000000011"
+    assert not [p for p in ck.iterdir() if p.name.startswith(".")]  # no scratch left
+    summary = run_train(mcfg, 3, views, out, state_dir=ck, show_progress=False)
+    assert summary["resumed_from_step"] == 11
+    assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
+
+
+def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, tmp_path):
+    """A run killed while writing a checkpoint left `.tmp-step_<n>-<pid>` in the state folder
+    for good. The scratch is now named after host and pid, and the next checkpoint written
+    there sweeps what dead processes of this host left; a live process's stays."""
+    from platonic.core.durable import HOST
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ck = tmp_path / "ck"
+    stale = ck / f".step_000000005.tmp-{HOST}-{int(dead.stdout)}"
+    live = ck / f".step_000000007.tmp-{HOST}-{os.getppid()}"
+    for d in (stale, live):
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"half")
+    args = ["--recipe", str(views.parent / "recipe.yaml"), "--model", "good", "--input", str(views)]
+    main(
+        [
+            *args,
+            "--out",
+            str(tmp_path / "o"),
+            "--checkpoints",
+            str(ck),
+            "--set",
+            "train.models.good.checkpoint_every=16",
+        ]
+    )
+    assert not stale.exists() and live.exists()
+    assert [p.name for p in ck.glob("step_*")]

@@ -9,7 +9,7 @@ import typer
 
 from platonic.core.config import ConfigError
 
-from .. import services
+from .. import ctrl_c, services
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -20,17 +20,27 @@ def fail(msg: str, code: int = 2) -> None:
 @contextlib.contextmanager
 def _reported_errors():
     """Recipe errors, unreadable sources, an output folder holding the user's files -> exit 2;
-    missing cache, a failed stage, a full disk or a Prefect server gone mid-run -> exit 1; one `error:`
-    line each (Prefect has already logged a failed stage's traceback)."""
+    missing cache, a failed stage, a full disk or a Prefect server gone mid-run -> exit 1; Ctrl-C
+    -> exit 130 (`ctrl_c`); one `error:` line each (Prefect has already logged a failed stage's
+    traceback)."""
     from platonic.core.artifacts import ForeignFolderError
     from platonic.core.contract import UpstreamNotCached
     from platonic.core.data.readers import SourceError
     from platonic.core.durable import disk_full
 
     try:
-        yield
+        with ctrl_c.handled():
+            yield
     except typer.Exit:
         raise
+    except KeyboardInterrupt as e:  # Ctrl-C: the stage stopped, its runs are closed KILLED
+        said = f"{e}; " if str(e) else ""
+        typer.echo(
+            f"error: interrupted: {said}the MLflow runs it opened are marked KILLED; "
+            "every stage that finished is cached: rerun the command to go on",
+            err=True,
+        )
+        services.exit_now(ctrl_c.EXIT_CODE)  # not Prefect's event drain at exit (a server gone with the Ctrl-C)
     except (ConfigError, SourceError, ForeignFolderError) as e:
         fail(str(e))
     except UpstreamNotCached as e:

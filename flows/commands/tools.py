@@ -151,3 +151,34 @@ def serve_chat(
         if not Path(m).is_dir():
             fail(f"--model {m}: not a folder (build tiny ones with `platonic stand-ins`)")
     serve(model, host, port, Faults(fail_every, fail_status, delay_every, delay_s, refuse_every), trust_remote_code)
+
+
+def verify(
+    out_dir: str = typer.Option(".platonic", "--out-dir", help="the out_dir whose artifact store to check"),
+) -> None:
+    """Rehash every committed artifact in OUT_DIR/artifacts: the sha256 of every file, not the
+    size+mtime fast path a cache hit takes (which trusts a file whose size and mtime did not
+    move). One line per artifact that changed; exit 1 if any did."""
+    from platonic.core.artifacts import MANIFEST, Manifest, ManifestError
+    from platonic.core.artifacts import verify as check
+
+    root = Path(out_dir) / "artifacts"
+    if not root.is_dir():
+        fail(f"{root}: no artifact store there (is --out-dir the recipe's out_dir?)")
+    # committed folders only: staging and scratch (dot folders) are not artifacts yet
+    folders = sorted(m.parent for m in root.rglob(MANIFEST) if not any(p.startswith(".") for p in m.parts))
+    changed = 0
+    for folder in folders:
+        try:
+            m = Manifest.read(folder)
+        except ManifestError as e:  # unreadable: a cache miss already, the next run rebuilds it
+            changed += 1
+            typer.echo(f"changed: {folder}: {e}; the next run that needs it rebuilds it")
+            continue
+        if problem := check(m, full=True):
+            # its size and mtime may still match: a cache hit would trust it, so say how to rebuild
+            changed += 1
+            typer.echo(f"changed: {folder}: {problem}; rebuild it: platonic run RECIPE --force {m.stage}")
+    typer.echo(f"{len(folders)} artifacts verified (every file rehashed): {changed} changed")
+    if changed:
+        raise typer.Exit(1)

@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 
 from ..artifacts import ForeignFolderError, listing
 from ..config import IngestConfig, stable_hash
+from ..durable import scratch
 from .catalog import build_corpus_catalog, duckdb_literal, sql
 from .ingest import check_texts
 from .readers import (
@@ -470,7 +471,7 @@ def run_shard(reader: Reader, shard: Shard, max_chars: int, cache: Path) -> Shar
     done = cache / key / "done.json"
     if done.is_file():
         return ShardResult(shard, "cached", json.loads(done.read_text())["counts"], seconds=time.perf_counter() - t0)
-    tmp = cache / f".{key}.tmp-{os.getpid()}"
+    tmp = scratch(cache, key)  # a killed worker's scratch here is swept
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

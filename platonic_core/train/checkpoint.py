@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from ..durable import scratch
+
 
 def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
     sd = opt.state_dict()
@@ -47,7 +49,7 @@ def save_train_state(
     JSON. Keeps the newest `keep` checkpoints. Nothing here is pickled."""
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step_{step:09d}"
-    tmp = folder / f".tmp-step_{step:09d}-{os.getpid()}"
+    tmp = scratch(folder, f"step_{step:09d}")  # a killed run's half-written checkpoint here is swept
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_model(model, str(tmp / "model.safetensors"))

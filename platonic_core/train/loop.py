@@ -17,7 +17,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_model
 
+from .. import interrupt
 from ..models import ImageEncoder, build_model, save_checkpoint
 from ..objectives import SIGReg, lejepa_loss, next_token_loss
 from ..progress import bar
@@ -137,6 +138,17 @@ def _to(batch: dict, device: torch.device) -> dict:
     return batch if device.type == "cpu" else {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def _stoppable(steps: Iterable[int], stop_before: Callable[[int], None]) -> Iterator[int]:
+    """The steps, polled for a stop request (Ctrl-C) between two of them: `stop_before(step)`
+    saves what a rerun resumes from and raises. Nothing else changes: an uninterrupted run
+    trains the same bytes."""
+    with interrupt.polled():
+        for step in steps:
+            if interrupt.stop_requested():
+                stop_before(step)
+            yield step
+
+
 def train_model(
     cfg: ModelConfig,
     model: torch.nn.Module,
@@ -202,7 +214,19 @@ def train_model(
     t0 = time.perf_counter()
     t_log, samples_log, tokens_log = t0, start * cfg.batch_size, 0
     steps_bar = bar(range(start, steps), desc=desc, unit="step", disable=not show_progress or rank != 0)
-    for step in steps_bar:
+
+    def stop_before(step: int) -> None:  # Ctrl-C: keep the state after `step` steps, then stop
+        if state_dir is not None and step > start:
+            if rank == 0:
+                save_train_state(state_dir, model, opt, sampler, step, step * cfg.batch_size)
+            if world > 1:
+                dist.barrier()
+        kept = (
+            f"a rerun resumes from {latest_checkpoint(state_dir)}" if latest_checkpoint(state_dir) else "nothing saved"
+        )
+        raise interrupt.Interrupted(f"{desc} stopped at step {step} of {steps}; {kept}")
+
+    for step in _stoppable(steps_bar, stop_before):
         lr = lr_at(step, steps, cfg.optim)
         for g in opt.param_groups:
             g["lr"] = lr
