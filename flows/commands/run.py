@@ -13,7 +13,7 @@ import typer
 
 from platonic.core.config import ConfigError, PipelineConfig, load_config
 
-from .. import services
+from .. import services, store
 from .common import _reported_errors, fail
 
 
@@ -113,14 +113,16 @@ def print_summary(results: dict) -> None:
 def demo(
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     sets: list[str] = typer.Option([], "--set", help="override a recipe field: key=value"),
-    out_dir: str | None = typer.Option(None, "--out-dir", help="where artifacts and MLflow live (default .platonic)"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
     """Run the whole DAG on the synthetic world (CPU, offline, a few minutes)."""
     with _reported_errors():
-        cfg = load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])])
+        cfg = load_config(None, store.out_dir_sets(sets, out_dir))
         _run(cfg, None, None, [], as_json, trust_remote_code=trust_remote_code)
 
 
@@ -131,14 +133,19 @@ def run(
     from_stage: str | None = typer.Option(None, "--from", help="re-execute this stage and everything after it"),
     force: list[str] = typer.Option([], "--force", help="re-execute this stage even on a cache hit (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else the recipe's)"
+    ),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
     """Run a recipe; stages whose cache key is unchanged are not executed."""
     with _reported_errors():
-        command = shlex.join(["platonic", "run", str(config), *(a for s in sets for a in ("--set", s))])
-        _run(load_config(config, sets), only, from_stage, force, as_json, command, trust_remote_code)
+        args = [str(config), *(a for s in sets for a in ("--set", s)), *(["--out-dir", out_dir] if out_dir else [])]
+        command = shlex.join(["platonic", "run", *args])
+        cfg = load_config(config, store.out_dir_sets(sets, out_dir))
+        _run(cfg, only, from_stage, force, as_json, command, trust_remote_code)
 
 
 def ablate(
@@ -149,6 +156,9 @@ def ablate(
     sets: list[str] = typer.Option([], "--set", help="override an ablation field: key=value, e.g. seeds=[0,1,2,3]"),
     base_sets: list[str] = typer.Option([], "--base-set", help="override the base pipeline recipe in every cell"),
     as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else the base recipe's)"
+    ),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
@@ -158,7 +168,7 @@ def ablate(
 
     with _reported_errors():
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            results = run_ablation(recipe, sets, base_sets, quick, trust_remote_code)
+            results = run_ablation(recipe, sets, base_sets, quick, trust_remote_code, out_dir)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
         return
@@ -176,11 +186,16 @@ def table(
         ..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)"
     ),
     run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the Table-7-like grid of an ablation run (mean ± CI over seeds), rebuilt from the
     per-cell scores stored in MLflow, and log it to that run as table.md."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.ablation import grid_table
     from platonic.core.report import ablation_table
@@ -207,11 +222,16 @@ def forecast(
     row: str | None = typer.Option(None, "--row", help="a row of the grid (default: the scaling row)"),
     samples: float | None = typer.Option(None, "--samples", help="budget to predict (default: the largest, held out)"),
     run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Fit the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predict one run
     at another budget, with an interval (runs at that budget are left out of the fit)."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.ablation import forecast_from_cells
     from platonic.tasks.runs import load_ablation_run

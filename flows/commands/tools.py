@@ -3,49 +3,59 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import typer
 
-from .. import services
-from .common import fail
+from .. import services, store
+from .common import _reported_errors, fail
 
 
 def server(
-    stop: bool = typer.Option(False, "--stop", help="stop the server this command started"),
+    stop: bool = typer.Option(False, "--stop", help="stop this store's server"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="the store whose server this is (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
 ) -> None:
-    """Start a Prefect server on this machine (127.0.0.1:4200, in the background) for warm reruns:
-    while it is up, run/demo/ablate/... report to it instead of starting a temporary server
-    (about 10-20 s each). Its UI: http://127.0.0.1:4200. Stop it with `platonic server --stop`."""
+    """Start this store's Prefect server (127.0.0.1, a port recorded in OUT_DIR/prefect/server.json,
+    its database OUT_DIR/prefect/prefect.db; in the background) for warm reruns: while it is up,
+    run/demo/ablate/... on this store report to it instead of starting a temporary server (about
+    10-20 s each). Commands on other stores, and other checkouts, never attach to it. Stop it
+    with `platonic server --stop`."""
+    from ..project_server import ServerError
+    from ..project_server import start as start_server
+    from ..project_server import stop as stop_server
+
+    with _reported_errors():
+        where = store.check(store.chosen(out_dir))
+        store.say(where)
     services.embedded_defaults()
-    if stop:
-        args = ["server", "stop"]
-    elif services.local_server_up():
-        typer.echo(f"a Prefect server is already up at {services.LOCAL_SERVER}")
-        return
+    try:
+        if stop:
+            rec = stop_server(where)
+            typer.echo(f"Prefect server at {rec.ui} stopped" if rec else "no Prefect server of this store is running")
+            return
+        rec, started = start_server(where, services.healthy)
+    except (ServerError, OSError) as e:
+        fail(str(e), 1)
+    again = f" --out-dir {out_dir}" if out_dir else ""
+    if started:
+        typer.echo(f"Prefect server up at {rec.url} (UI: {rec.ui}); platonic server --stop{again}")
     else:
-        args = ["server", "start", "--host", "127.0.0.1", "--port", "4200", "--background", "--analytics-off"]
-    quiet = None if stop else subprocess.DEVNULL  # start: our one line below, not Prefect's banner
-    rc = subprocess.run([sys.executable, "-m", "prefect", *args], stdout=quiet).returncode
-    if rc or stop:
-        sys.exit(rc)
-    deadline = time.monotonic() + 180  # it answers after its database migrations (seconds to a minute)
-    while not services.local_server_up():
-        if time.monotonic() > deadline:
-            fail(f"the Prefect server did not answer at {services.LOCAL_SERVER} within 180 s", 1)
-        time.sleep(0.5)
-    typer.echo(f"Prefect server up at {services.LOCAL_SERVER} (UI: http://127.0.0.1:4200); platonic server --stop")
+        typer.echo(f"this store's Prefect server is already up at {rec.url} (UI: {rec.ui})")
 
 
 def export(
     run_id: str = typer.Argument(..., help="the MLflow run of a train stage (train:good, train:ntp, ...)"),
     dest: Path = typer.Argument(..., help="a new or empty folder"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the run's store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the run's store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
 ) -> None:
     """A trained text encoder as a Hugging Face folder: AutoModel/AutoTokenizer.from_pretrained(DEST)."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.export import export_pretrained
     from platonic.tasks.lineage import LineageError, train_artifact
@@ -60,10 +70,15 @@ def export(
 
 def lineage(
     run_id: str = typer.Argument(..., help="an MLflow run id: a pipeline (parent) run or any stage run"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """The chain from an evaluation run back to the ingested source."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.tasks.lineage import LineageError, print_lineage, trace
 
