@@ -80,7 +80,9 @@ def check(out_dir: str | os.PathLike) -> Path:
         if p.exists() and not p.is_dir():
             raise ConfigError(f"out_dir {raw}: {p} is a file, not a folder")
     home = Path.home().resolve()
-    if str(real) in SHARED_FOLDERS or real == home:
+    if real == home:
+        raise ConfigError(f"out_dir {raw}: {real} is the home folder, not a store; name a folder inside it")
+    if str(real) in SHARED_FOLDERS:
         raise ConfigError(f"out_dir {raw}: {real} is a shared folder, not a store; name a folder inside it")
     if any(real == Path(t) or real.is_relative_to(t) for t in SYSTEM_TREES):
         raise ConfigError(f"out_dir {raw}: {real} is a system folder; name a folder of your own")

@@ -50,7 +50,7 @@ def platonic(*args: str, cwd: Path, env: dict[str, str], timeout: int = 300) -> 
         ("FILE/out", "is a file, not a folder"),
         ("/", "shared folder"),
         ("/tmp", "shared folder"),
-        ("~", "shared folder"),
+        ("~", "is the home folder"),
         ("/etc/platonic", "system folder"),
         ("/usr", "system folder"),
         ("FOREIGN", "holds other files (e.g. notes.txt) and no store"),
