@@ -5,9 +5,12 @@ notebook, returning results.json as a dict.
     res = run("demo", sets=["world.seed=1"])            # a recipe file or a packaged name
     res["models"]["good"]["mutual_knn"]
     res = run("demo", only="evaluate")                  # one stage on cached artifacts
+    res = run("demo", only="evaluate", out_dir="~/prh/.platonic")   # from any folder
     grid = ablate("table7", quick=True)                 # grid["summary"], grid["output_dir"]
 
-Like the CLI, each call picks the Prefect server first (PREFECT_API_URL, else a running
+The store is `out_dir=`, else $PLATONIC_OUT_DIR, else the recipe's (relative to the current
+directory); each call says on stderr which it uses (platonic.flows.store). Like the CLI,
+each call picks the Prefect server first (PREFECT_API_URL, else the store's running
 `platonic server`, else a temporary one that stops with the process) and turns Prefect's and
 MLflow's telemetry off unless the environment says otherwise. The flows themselves
 (`platonic.flows.pipeline.pipeline`, `platonic.flows.ablate.ablate`) take a validated
@@ -22,7 +25,7 @@ from typing import Any
 
 from platonic.core.config import PipelineConfig, load_config, require_trusted
 
-from . import services
+from . import services, store
 
 
 def run(
@@ -32,10 +35,12 @@ def run(
     from_stage: str | None = None,
     force: Sequence[str] = (),
     trust_remote_code: bool = False,
+    out_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run a pipeline recipe (its cached stages are not executed); returns results.json.
-    `trust_remote_code`: allow a recipe whose `trust_remote_code` is true (the CLI's flag)."""
-    cfg = load_config(recipe, list(sets))
+    `trust_remote_code`: allow a recipe whose `trust_remote_code` is true (the CLI's flag).
+    `out_dir`: the store (else $PLATONIC_OUT_DIR, else the recipe's)."""
+    cfg = load_config(recipe, store.out_dir_sets(sets, out_dir))
     return run_config(cfg, only, from_stage, force, f"platonic run {recipe}", trust_remote_code)
 
 
@@ -55,13 +60,15 @@ def run_config(
 
     require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts
+    where = store.check(cfg.out_dir)
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
-    services.use_local_server()  # before anything imports Prefect
+    services.use_local_server(where)  # before anything imports Prefect
     if only:  # its upstream must be cached: say so now, not after Prefect has started
         from .pipeline import require_cached
 
         require_cached(cfg, modes, f"build them first: {command}")
-    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    store.say(where)
+    where.mkdir(parents=True, exist_ok=True)
     tracking.probe_server(tracking.tracking_uri(cfg.out_dir))  # a dead MLflow server: one line before Prefect starts
     services.tie_temporary_server()  # when no server was found
     from .pipeline import pipeline
@@ -75,19 +82,23 @@ def ablate(
     base_sets: Sequence[str] = (),
     quick: bool = False,
     trust_remote_code: bool = False,
+    out_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run an ablation grid (`configs/table7.yaml`, a sweep, ...) as one flow; returns its
-    results (run ids, `summary`, `output_dir` with table.md and the plots)."""
+    results (run ids, `summary`, `output_dir` with table.md and the plots). `out_dir`: the
+    store of every cell (else $PLATONIC_OUT_DIR, else the base recipe's)."""
     from platonic.core.ablation import load_ablation
     from platonic.tasks import tracking
 
-    abl, cells = load_ablation(str(recipe), list(sets), list(base_sets), quick)
+    abl, cells = load_ablation(str(recipe), list(sets), store.out_dir_sets(base_sets, out_dir), quick)
     for cell in cells:
         require_trusted(cell.cfg, trust_remote_code)
-    Path(cells[0].cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    where = store.check(cells[0].cfg.out_dir)
+    store.say(where)
+    where.mkdir(parents=True, exist_ok=True)
     services.embedded_defaults()
     tracking.probe_server(tracking.tracking_uri(cells[0].cfg.out_dir))  # a dead MLflow server: one line now
-    services.choose_prefect_server()
+    services.choose_prefect_server(where)
     from .ablate import ablate as ablate_flow
 
     return ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])

@@ -16,11 +16,13 @@
     platonic ingest SOURCE... --format F [--out DIR] [--json]   a real corpus -> Parquet + DuckDB
     platonic corpus stats [--dir DIR] [--json]   texts per image, lengths, sources, quarantine
     platonic audit --corpus PATH --eval SPEC ... contamination audit: exact, near-duplicate, embedding
-    platonic server [--stop]                     a Prefect server on this machine for warm reruns
+    platonic server [--stop] [--out-dir D]       the store's own Prefect server, for warm reruns
     platonic verify [--out-dir DIR]             rehash every cached artifact (not the size+mtime fast path)
     platonic export RUN_ID DEST                  a trained text encoder as a Hugging Face folder
     platonic serve-chat --model DIR --port P     a loopback OpenAI-compatible chat server (tiny local models)
 
+The store (out_dir) is --out-dir, else $PLATONIC_OUT_DIR, else the recipe's (.platonic, relative
+to the current folder); every command that uses one names it on stderr (`store: PATH`).
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
 Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
 
@@ -47,7 +49,7 @@ EXAMPLES = """Examples:
   platonic demo                                     the whole study on the synthetic world
   platonic run configs/demo.yaml --set world.seed=1 another world; the rest from the cache
   platonic run configs/demo.yaml --only evaluate    one stage on cached artifacts
-  platonic server                                   a Prefect server that reruns report to
+  platonic server                                   this store's Prefect server, that reruns report to
   platonic ablate configs/table7.yaml --quick       Table 7 over seeds, small
   platonic lineage RUN_ID                           where a score came from
   platonic stages                                   what each stage reads and writes

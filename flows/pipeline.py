@@ -32,7 +32,7 @@ from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
-from . import services
+from . import services, store
 
 
 def resolve_config(
@@ -40,7 +40,8 @@ def resolve_config(
 ) -> PipelineConfig:
     """The flow's recipe: a validated config (what the CLI sends), or a recipe name/path plus
     `--set` overrides (what a deployment sends: plain parameters the Prefect UI can edit).
-    The recipe's `services` endpoints are exported where the environment sets none.
+    The recipe's `services` endpoints are exported where the environment sets none; a
+    recipe's out_dir gives way to $PLATONIC_OUT_DIR, and both to an `out_dir=` in `sets`.
 
     `deployed`: the parameters came through the Prefect API, from whoever can reach it. Then
     only a packaged recipe or a recipe file under the working directory (the deployed
@@ -58,7 +59,7 @@ def resolve_config(
             check_deployed_recipe(recipe or "demo")
             extra = os.environ.get("PLATONIC_DEPLOYMENT_OVERRIDES", "")
             check_overrides(list(sets or []), (*DEPLOYMENT_OVERRIDES, *filter(None, extra.split(","))))
-        cfg = load_config(recipe or "demo", list(sets or []))
+        cfg = load_config(recipe or "demo", store.out_dir_sets(sets or []))  # $PLATONIC_OUT_DIR: the worker's
     services.apply(cfg.services)
     return cfg
 
@@ -110,12 +111,14 @@ def require_cached(cfg: PipelineConfig, modes: dict[str, str], rebuild: str) -> 
     """Raise UpstreamNotCached, naming them, if stages the plan takes from the cache (`--only
     S`'s upstream) are not there: before a parent run opens (and, from the CLI, before
     Prefect starts). `rebuild`: what to do about it, the message's end."""
-    store = ArtifactStore.of(cfg.out_dir)
-    missing = uncached(cfg, modes, store)
+    artifacts = ArtifactStore.of(cfg.out_dir)
+    missing = uncached(cfg, modes, artifacts)
     if missing:
         selected = ", ".join(i for i, m in modes.items() if m == FORCE)
+        where = Path(cfg.out_dir).resolve()  # from another folder, which store was looked in says why
         raise UpstreamNotCached(
-            f"{selected} reads stages that are not cached for this recipe ({', '.join(missing)}); {rebuild}"
+            f"{selected} reads stages that are not cached for this recipe in the store {where} "
+            f"({', '.join(missing)}); {rebuild}"
         )
 
 

@@ -37,10 +37,6 @@ def embedded_defaults() -> None:
         os.environ.setdefault(k, v)
 
 
-# where `platonic server` listens, and where a flow command looks for it
-LOCAL_SERVER = "http://127.0.0.1:4200/api"
-
-
 def health_status(url: str, timeout: float = 0.5) -> int | None:
     """The HTTP status of the Prefect API health check at `url`; None when nothing answers
     (milliseconds when nothing listens: the connection is refused)."""
@@ -52,7 +48,7 @@ def health_status(url: str, timeout: float = 0.5) -> int | None:
         return None
 
 
-def local_server_up(url: str = LOCAL_SERVER, timeout: float = 0.5) -> bool:
+def healthy(url: str, timeout: float = 0.5) -> bool:
     """Whether a Prefect API answers its health check at `url`."""
     return health_status(url, timeout) == 200
 
@@ -85,13 +81,14 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def choose_prefect_server() -> str:
+def choose_prefect_server(out_dir: str | Path) -> str:
     """The Prefect server this process's flows report to, chosen before the first flow starts:
-    PREFECT_API_URL (the environment or the recipe's `services`); else a running `platonic
-    server` on this machine (a warm rerun: no server start); else Prefect's temporary server,
+    PREFECT_API_URL (the environment or the recipe's `services`); else the `platonic server`
+    of this store (`out_dir`), if it proves to be the process its record names (a warm
+    rerun: no server start; platonic.flows.project_server); else Prefect's temporary server,
     tied to this process so it stops with it even when the process is killed (SIGKILL,
     SIGTERM: no atexit runs) through a watchdog (platonic.flows.watchdog)."""
-    return use_local_server() or tie_temporary_server()
+    return use_local_server(out_dir) or tie_temporary_server()
 
 
 def check_prefect_home() -> None:
@@ -156,14 +153,17 @@ def watch_prefect_server(
     return stop
 
 
-def use_local_server() -> str | None:
-    """PREFECT_API_URL, or a running `platonic server`'s URL (then exported as PREFECT_API_URL),
-    watched (`watch_prefect_server`); None if neither. Call it before Prefect is imported:
-    Prefect reads its settings once, at import (the CLI imports Prefect only when a flow
-    starts)."""
+def use_local_server(out_dir: str | Path) -> str | None:
+    """PREFECT_API_URL, or the URL of this store's running `platonic server` (then exported
+    as PREFECT_API_URL) if its record proves it and it answers, watched
+    (`watch_prefect_server`); None if neither: a server of another store, or anything else
+    on a port, is never reported to. Call it before Prefect is imported: Prefect reads its
+    settings once, at import (the CLI imports Prefect only when a flow starts)."""
+    from .project_server import proven_url
+
     url = os.environ.get("PREFECT_API_URL")
-    if not url and "prefect" not in sys.modules and local_server_up():
-        url = os.environ["PREFECT_API_URL"] = LOCAL_SERVER
+    if not url and "prefect" not in sys.modules and (found := proven_url(Path(out_dir))) and healthy(found):
+        url = os.environ["PREFECT_API_URL"] = found
     if url:
         watch_prefect_server(url)
     return url or None

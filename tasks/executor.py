@@ -9,7 +9,8 @@ the config fields the stage reads, its inputs' digests), takes the key's file lo
   (digests), counts, stats and files to MLflow.
 
 `run_instances` walks a recipe's instances in order, resolving each one's inputs from the
-spec (`platonic.core.stages`), and runs each as a Prefect task run when inside a flow.
+spec (`platonic.core.stages`), and runs each as a Prefect task run when inside a flow, drawn
+in the Prefect UI with edges from its upstream instances' task runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.states import Completed, State
+from prefect.utilities.annotations import quote
 
 from platonic.core import interrupt
 from platonic.core.artifacts import ArtifactStore, Manifest, verify
@@ -48,7 +50,7 @@ from platonic.core.contract import (
     input_digests,
 )
 from platonic.core.durable import disk_full
-from platonic.core.stages.dag import CACHED_ONLY, FORCE, SKIP, instance_inputs
+from platonic.core.stages.dag import CACHED_ONLY, FORCE, SKIP, instance_inputs, upstream
 from platonic.core.stages.registry import spec_of
 
 from . import tracking
@@ -333,23 +335,58 @@ def _stage_task_body(inst: StageInstance, cfg: Any, inputs: dict, mode: str, ctx
 stage_task = task(_stage_task_body, name="stage", cache_policy=NO_CACHE)
 
 
-def _runner(inst: StageInstance):
-    """A Prefect task run inside a flow; a plain call outside one (a command that opens its
-    own MLflow run without a Prefect server: `platonic ingest`, `platonic audit`). Stages
-    that resume where they stopped (training checkpoints, generated positives) retry once."""
-    if FlowRunContext.get() is None:
-        return execute
+def _task_of(inst: StageInstance):
+    """The Prefect task of one instance. Stages that resume where they stopped (training
+    checkpoints, generated positives) retry once."""
     retries = 1 if spec_of(inst).state != "none" else 0
     return stage_task.with_options(name=inst.stage, task_run_name=inst.id, retries=retries, retry_delay_seconds=2)
 
 
-def run_instance(
-    inst: StageInstance, cfg: Any, inputs: dict[str, Manifest], mode: str, ctx: RunContext, **kw: Any
-) -> Manifest:
-    """One instance, as a task run when inside a flow."""
-    m = _runner(inst)(inst, cfg, inputs, mode, ctx, **kw)
-    if isinstance(m, State):  # a Cached state: the task's return value as it came back
+def _run(
+    inst: StageInstance,
+    cfg: Any,
+    inputs: dict[str, Manifest],
+    mode: str,
+    ctx: RunContext,
+    wait_for: Sequence[State] = (),
+    **kw: Any,
+) -> tuple[Manifest, State | None]:
+    """One instance and its task run's final state: a Prefect task run inside a flow, a
+    plain call outside one (a command that opens its own MLflow run without a Prefect
+    server: `platonic ingest`, `platonic audit`; no state then).
+
+    The task run's edges in the Prefect UI are exactly `wait_for` (the upstream instances'
+    task runs, as `platonic stages` lists them): every argument goes in `quote`d, so Prefect
+    neither walks the recipe, the manifests and the run context looking for results of other
+    task runs (it matched objects by id: every stage seemed to read every earlier one) nor
+    spends the time doing it."""
+    if FlowRunContext.get() is None:
+        return execute(inst, cfg, inputs, mode, ctx, **kw), None
+    args = (quote(a) for a in (inst, cfg, inputs, mode, ctx))
+    state = _task_of(inst)(*args, wait_for=list(wait_for), return_state=True, **{k: quote(v) for k, v in kw.items()})
+    m = state.result()
+    while isinstance(m, State):  # a Cached state: the task's return value as it came back
         m = m.result()
+    return m, state
+
+
+def run_instance(
+    inst: StageInstance,
+    cfg: Any,
+    inputs: dict[str, Manifest],
+    mode: str,
+    ctx: RunContext,
+    wait_for: Sequence[State] = (),
+    **kw: Any,
+) -> Manifest:
+    """One instance, as a task run when inside a flow (drawn after the task runs of
+    `wait_for`)."""
+    return _complete(_run(inst, cfg, inputs, mode, ctx, wait_for, **kw)[0])
+
+
+def _complete(m: Manifest) -> Manifest:
+    """`m`, unless its counts report failed shards (IncompleteArtifact: the run fails, a
+    rerun retries them)."""
     if m.incomplete:
         raise IncompleteArtifact(m)
     return m
@@ -368,6 +405,7 @@ def run_instances(
     recipe already resolved (the base pipeline of `platonic match` or `platonic caption`), by
     instance id."""
     done: dict[str, Manifest] = dict(given or {})
+    states: dict[str, State] = {}  # instance id -> its task run's final state: the graph's edges
     mapper = recipe_mapper(cfg)
 
     def call_args(inst: StageInstance) -> tuple:
@@ -387,7 +425,11 @@ def run_instances(
             results = mapper(execute, [call_args(i) for i in batch])
         else:
             *args, roles = call_args(inst)
-            results = [run_instance(*args, roles=roles)]
+            wait_for = [states[u] for u in dict.fromkeys(upstream(cfg, inst).values()) if u in states]
+            m, state = _run(*args, wait_for, roles=roles)
+            if state is not None:  # its result quoted: Prefect walks a state's data too, matching by id
+                states[inst.id] = state.model_copy(update={"data": quote(state.data)})
+            results = [_complete(m)]
         for i, m in zip(batch, results, strict=True):
             done[i.id] = m
     return done

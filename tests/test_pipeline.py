@@ -221,6 +221,55 @@ def test_python_api_runs_a_recipe_as_the_cli_does(first_run):
         run(TINY, sets=[f"out_dir={out / 'empty'}"], only="evaluate")
 
 
+def test_python_api_takes_the_store_from_any_folder_and_says_which(first_run, tmp_path, monkeypatch, capsys):
+    """Issue 34 item 6: from another folder, `run(..., only="evaluate")` looked in that folder's
+    .platonic (UpstreamNotCached; without `only`, a silent full retrain). The store is now
+    `out_dir=`, else $PLATONIC_OUT_DIR, else the recipe's; each run says which on stderr, and
+    the error names the store it looked in."""
+    from platonic.core.contract import UpstreamNotCached
+    from platonic.flows.api import run
+
+    out, res = first_run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("PLATONIC_OUT_DIR", raising=False)
+    with pytest.raises(UpstreamNotCached, match=f"in the store {elsewhere / '.platonic'} "):
+        run(TINY, only="evaluate")
+    again = run(TINY, only="evaluate", out_dir=out)
+    assert again["models"]["good"]["mutual_knn"] == res["models"]["good"]["mutual_knn"]
+    assert f"store: {out}\n" in capsys.readouterr().err
+    monkeypatch.setenv("PLATONIC_OUT_DIR", str(out))
+    again = run(TINY, only="evaluate")
+    assert again["models"]["good"]["mutual_knn"] == res["models"]["good"]["mutual_knn"]
+    assert f"store: {out}\n" in capsys.readouterr().err
+    assert not (elsewhere / ".platonic").exists()
+
+
+def test_the_prefect_graph_draws_the_stage_dag(first_run):
+    """Issue 34 item 4: each stage's task run lists exactly its upstream instances' task runs
+    (`platonic stages`' inputs) as `wait_for`, and nothing else as an input, read back through
+    Prefect's client: before, Prefect guessed edges by walking the arguments (the run context
+    linked every stage to every earlier one; the recipe to the world)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from platonic.core.stages import instances, upstream
+
+    out, res = first_run
+    cfg = load_config(TINY, [f"out_dir={out}"])
+    expected = {i.id: set(upstream(cfg, i).values()) for i in instances(cfg)}
+    assert sum(map(len, expected.values())) > 20  # a DAG, not dots
+    flow_run_id = MlflowClient(res["tracking_uri"]).get_run(res["run_id"]).data.tags["prefect.flow_run_id"]
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    name = {t.id: t.name for t in task_runs}
+    assert sorted(name.values()) == sorted(expected)
+    for t in task_runs:
+        edges = {k: {name[r.id] for r in v} for k, v in t.task_inputs.items() if v}
+        assert edges == ({"wait_for": expected[t.name]} if expected[t.name] else {}), t.name
+
+
 def test_export_writes_a_folder_automodel_reloads_with_identical_embeddings(first_run, tmp_path):
     import torch
     from transformers import AutoModel, AutoTokenizer

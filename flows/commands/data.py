@@ -12,7 +12,7 @@ import typer
 
 from platonic.core.config import ConfigError, load_config
 
-from .. import services
+from .. import services, store
 from .common import _reported_errors, fail
 
 
@@ -65,9 +65,9 @@ def ingest(
             *([f"ingest.index_column={json.dumps(index_column)}"] if index_column else []),
             *([f"ingest.text_columns={json.dumps(_column_map(text_column))}"] if text_column else []),
             *sets,
-            *([f"out_dir={out_dir}"] if out_dir else []),
         ]
-        cfg = load_config(config, overrides)
+        cfg = load_config(config, store.out_dir_sets(overrides, out_dir))
+        store.say(store.check(cfg.out_dir))
         services.embedded_defaults()
         from platonic.core.contract import IncompleteArtifact
 
@@ -150,7 +150,9 @@ def corpus_stats_cmd(
     folder: Path | None = typer.Option(
         None, "--dir", help="an ingest output folder (default: the latest ingest artifact)"
     ),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="the store searched when --dir is not given"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="the store searched when --dir is not given (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Texts per source kind, texts per image, length distributions, quarantine reasons."""
@@ -158,6 +160,9 @@ def corpus_stats_cmd(
 
     from ..standalone import latest_ingest
 
+    if folder is None:
+        out_dir = store.chosen(out_dir)
+        store.say(Path(out_dir).resolve())
     try:
         folder = folder or latest_ingest(out_dir)
         report = corpus_report(folder / "catalog.duckdb")
@@ -211,7 +216,9 @@ def audit(
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="override a field: near.threshold=0.6, embed.threshold=0.85, ..."
     ),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where artifacts and MLflow live"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     force: bool = typer.Option(False, "--force", help="re-run even if this audit is cached"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
@@ -227,7 +234,7 @@ def audit(
             {
                 "corpus": corpus,
                 "eval": evals,
-                "out_dir": out_dir,
+                "out_dir": store.chosen(out_dir),
                 "levels": [lv.strip() for lv in levels.split(",") if lv.strip()],
             },
             sets,
@@ -236,8 +243,10 @@ def audit(
             cfg = AuditConfig.model_validate(raw)
         except ValidationError as e:
             raise ConfigError(_format_validation_error(e, "audit")) from None
+        where = store.check(cfg.out_dir)
+        store.say(where)
         services.embedded_defaults()
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        where.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..standalone import run_audit
 

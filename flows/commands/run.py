@@ -13,7 +13,7 @@ import typer
 
 from platonic.core.config import ConfigError, PipelineConfig, load_config
 
-from .. import services
+from .. import services, store
 from .common import _reported_errors, fail
 
 TABLE_WIDTH = 100  # the demo's table fits a 100-column terminal; longer cells wrap inside it
@@ -121,14 +121,16 @@ def print_summary(results: dict) -> None:
 def demo(
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a recipe field: key=value"),
-    out_dir: str | None = typer.Option(None, "--out-dir", help="where artifacts and MLflow live (default .platonic)"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
 ) -> None:
     """Run the whole DAG on the synthetic world. CPU, offline, a few minutes."""
     with _reported_errors():
-        cfg = load_config(None, [*sets, *([f"out_dir={out_dir}"] if out_dir else [])])
+        cfg = load_config(None, store.out_dir_sets(sets, out_dir))
         _run(cfg, None, None, [], as_json, trust_remote_code=trust_remote_code)
 
 
@@ -147,6 +149,9 @@ def run(
         [], "--force", metavar="STAGE", help="re-execute this stage even on a cache hit (repeatable)"
     ),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else the recipe's)"
+    ),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
@@ -155,8 +160,10 @@ def run(
 
     A stage whose cache key is unchanged is not executed again."""
     with _reported_errors():
-        command = shlex.join(["platonic", "run", str(config), *(a for s in sets for a in ("--set", s))])
-        _run(load_config(config, sets), only, from_stage, force, as_json, command, trust_remote_code)
+        args = [str(config), *(a for s in sets for a in ("--set", s)), *(["--out-dir", out_dir] if out_dir else [])]
+        command = shlex.join(["platonic", "run", *args])
+        cfg = load_config(config, store.out_dir_sets(sets, out_dir))
+        _run(cfg, only, from_stage, force, as_json, command, trust_remote_code)
 
 
 def ablate(
@@ -171,6 +178,9 @@ def ablate(
         [], "--base-set", metavar="KEY=VALUE", help="override the base pipeline recipe in every cell"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the result (run ids, summary) as JSON to stdout"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where artifacts and MLflow live (default $PLATONIC_OUT_DIR, else the base recipe's)"
+    ),
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="allow a recipe whose trust_remote_code is true (runs a model repo's code)"
     ),
@@ -180,7 +190,7 @@ def ablate(
 
     with _reported_errors():
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            results = run_ablation(recipe, sets, base_sets, quick, trust_remote_code)
+            results = run_ablation(recipe, sets, base_sets, quick, trust_remote_code, out_dir)
     if as_json:
         typer.echo(json.dumps(results, indent=1))
         return
@@ -198,13 +208,18 @@ def table(
         ..., help="MLflow experiment of the ablation (the recipe's `experiment`, e.g. table7)", metavar="EXPERIMENT"
     ),
     run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the grid of an ablation run (mean ± CI over seeds).
 
     The Table-7-like grid, rebuilt from the per-cell scores stored in MLflow and logged to that
     run as table.md."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.ablation import grid_table
     from platonic.core.report import ablation_table
@@ -231,13 +246,18 @@ def forecast(
     row: str | None = typer.Option(None, "--row", help="a row of the grid (default: the scaling row)"),
     samples: float | None = typer.Option(None, "--samples", help="budget to predict (default: the largest, held out)"),
     run_id: str | None = typer.Option(None, "--run", help="this ablation run instead of the latest finished one"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Predict a run at another budget from a fitted scaling law.
 
     Fits the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predicts one run at
     another budget, with an interval (runs at that budget are left out of the fit)."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.ablation import forecast_from_cells
     from platonic.tasks.runs import load_ablation_run

@@ -12,7 +12,7 @@ import typer
 
 from platonic.core.config import ConfigError, load_config, require_trusted
 
-from .. import services
+from .. import services, store
 from .common import _reported_errors, fail
 
 
@@ -32,11 +32,13 @@ def compare(
     from platonic.core.config import CompareConfig
 
     with _reported_errors():
-        cfg = load_config(config, sets, model=CompareConfig)
+        cfg = load_config(config, store.out_dir_sets(sets), model=CompareConfig)
         require_trusted(cfg, trust_remote_code)
+        where = store.check(cfg.out_dir)
+        store.say(where)
         services.embedded_defaults()
-        services.choose_prefect_server()
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        services.choose_prefect_server(where)
+        where.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..compare import compare_flow
 
@@ -70,12 +72,14 @@ def match(
     from platonic.core.stages import match_base
 
     with _reported_errors():
-        cfg = load_config(config, sets, model=ClassMatchConfig)
+        cfg = load_config(config, store.out_dir_sets(sets), model=ClassMatchConfig)
         # a bad base recipe or model name fails here, before Prefect starts
         require_trusted([cfg, match_base(cfg)], trust_remote_code)
+        where = store.check(cfg.out_dir)
+        store.say(where)
         services.embedded_defaults()
-        services.choose_prefect_server()
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        services.choose_prefect_server(where)
+        where.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..match import match_flow
 
@@ -129,20 +133,22 @@ def caption(
     except (MissingJava, MissingScorer) as e:
         fail(str(e), 1)
     with _reported_errors():
-        cfg, base = load_caption(recipe, sets, base_sets)
+        cfg, base = load_caption(recipe, store.out_dir_sets(sets), base_sets)
         require_trusted([cfg, base], trust_remote_code)
+        where = store.check(cfg.out_dir)
         from platonic.core.stages import caption_instances
 
         known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}
         for f in force:
             if f not in known:
                 raise ConfigError(f"--force {f!r}: not a caption stage ({', '.join(sorted(known))})")
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        store.say(where)
+        where.mkdir(parents=True, exist_ok=True)
         if base is not None:
             services.apply(base.services)
         else:
             services.embedded_defaults()
-        services.choose_prefect_server()
+        services.choose_prefect_server(where)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..caption import caption_flow
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Literal
 
 import typer
 
-from .. import services
-from .common import fail
+from .. import services, store
+from .common import _reported_errors, fail
 
 # the parser's choices, spelled here so that `align --help` does not import torch;
 # tests/test_cli_help.py checks them against platonic.core.metrics's METRICS and CLAMPS
@@ -21,31 +18,38 @@ Clamp = Literal["mean", "exact", "none"]
 
 
 def server(
-    stop: bool = typer.Option(False, "--stop", help="stop the server this command started"),
+    stop: bool = typer.Option(False, "--stop", help="stop this store's server"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="the store whose server this is (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
 ) -> None:
-    """Start a local Prefect server for warm reruns.
+    """Start this store's Prefect server for warm reruns.
 
-    On this machine (127.0.0.1:4200, in the background):
-    while it is up, run/demo/ablate/... report to it instead of starting a temporary server
-    (about 10-20 s each). Its UI: http://127.0.0.1:4200. Stop it with `platonic server --stop`."""
+    127.0.0.1, a port recorded in OUT_DIR/prefect/server.json, its database
+    OUT_DIR/prefect/prefect.db; in the background. While it is up, run/demo/ablate/... on this
+    store report to it instead of starting a temporary server (about 10-20 s each). Commands on
+    other stores, and other checkouts, never attach to it. Stop it with `platonic server --stop`."""
+    from ..project_server import ServerError
+    from ..project_server import start as start_server
+    from ..project_server import stop as stop_server
+
+    with _reported_errors():
+        where = store.check(store.chosen(out_dir))
+        store.say(where)
     services.embedded_defaults()
-    if stop:
-        args = ["server", "stop"]
-    elif services.local_server_up():
-        typer.echo(f"a Prefect server is already up at {services.LOCAL_SERVER}")
-        return
+    try:
+        if stop:
+            rec = stop_server(where)
+            typer.echo(f"Prefect server at {rec.ui} stopped" if rec else "no Prefect server of this store is running")
+            return
+        rec, started = start_server(where, services.healthy)
+    except (ServerError, OSError) as e:
+        fail(str(e), 1)
+    again = f" --out-dir {out_dir}" if out_dir else ""
+    if started:
+        typer.echo(f"Prefect server up at {rec.url} (UI: {rec.ui}); platonic server --stop{again}")
     else:
-        args = ["server", "start", "--host", "127.0.0.1", "--port", "4200", "--background", "--analytics-off"]
-    quiet = None if stop else subprocess.DEVNULL  # start: our one line below, not Prefect's banner
-    rc = subprocess.run([sys.executable, "-m", "prefect", *args], stdout=quiet).returncode
-    if rc or stop:
-        sys.exit(rc)
-    deadline = time.monotonic() + 180  # it answers after its database migrations (seconds to a minute)
-    while not services.local_server_up():
-        if time.monotonic() > deadline:
-            fail(f"the Prefect server did not answer at {services.LOCAL_SERVER} within 180 s", 1)
-        time.sleep(0.5)
-    typer.echo(f"Prefect server up at {services.LOCAL_SERVER} (UI: http://127.0.0.1:4200); platonic server --stop")
+        typer.echo(f"this store's Prefect server is already up at {rec.url} (UI: {rec.ui})")
 
 
 def export(
@@ -53,11 +57,16 @@ def export(
         ..., help="the MLflow run of a train stage (train:good, train:ntp, ...)", metavar="RUN_ID"
     ),
     dest: Path = typer.Argument(..., help="a new or empty folder", metavar="DEST"),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the run's store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the run's store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
 ) -> None:
     """Export a trained text encoder as a Hugging Face folder.
 
     AutoModel/AutoTokenizer.from_pretrained(DEST) read it."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.export import export_pretrained
     from platonic.tasks.lineage import LineageError, train_artifact
@@ -74,10 +83,15 @@ def lineage(
     run_id: str = typer.Argument(
         ..., help="an MLflow run id: a pipeline (parent) run or any stage run", metavar="RUN_ID"
     ),
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="where the default MLflow store lives"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Trace an evaluation run back to the ingested source."""
+    with _reported_errors():
+        out_dir = str(store.to_read(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.tasks.lineage import LineageError, print_lineage, trace
 
@@ -154,14 +168,21 @@ def serve_chat(
 
 
 def verify(
-    out_dir: str = typer.Option(".platonic", "--out-dir", help="the out_dir whose artifact store to check"),
+    out_dir: str | None = typer.Option(
+        None, "--out-dir", help="the store whose artifacts to check (default $PLATONIC_OUT_DIR, else .platonic)"
+    ),
 ) -> None:
-    """Rehash every committed artifact in OUT_DIR/artifacts: the sha256 of every file, not the
-    size+mtime fast path a cache hit takes (which trusts a file whose size and mtime did not
-    move). One line per artifact that changed; exit 1 if any did."""
+    """Rehash every committed artifact in the store.
+
+    The sha256 of every file in OUT_DIR/artifacts, not the size+mtime fast path a cache hit
+    takes (which trusts a file whose size and mtime did not move). One line per artifact that
+    changed; exit 1 if any did."""
     from platonic.core.artifacts import MANIFEST, Manifest, ManifestError
     from platonic.core.artifacts import verify as check
 
+    with _reported_errors():
+        out_dir = str(store.check(store.chosen(out_dir)))
+    store.say(Path(out_dir))
     root = Path(out_dir) / "artifacts"
     if not root.is_dir():
         fail(f"{root}: no artifact store there (is --out-dir the recipe's out_dir?)")
