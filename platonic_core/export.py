@@ -154,7 +154,8 @@ def model_card(info: dict[str, Any]) -> str:
     scores = info.get("scores") or {}
     if scores:
         body += ["## Evaluation", "", "| metric | value |", "|---|---|"]
-        body += [f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(scores.items())]
+        for k, v in sorted(scores.items()):  # layers are indices; the rest are scores
+            body.append(f"| {k} | {int(v)} |" if "layer" in k else f"| {k} | {v:.4f} |")
         body += [
             "",
             "`mutual_knn`: mutual k-nearest-neighbour alignment with the recipe's image encoder "
