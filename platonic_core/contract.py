@@ -134,6 +134,10 @@ class StageSpec:
     # the artifact is this trained model (a ModelConfig; None: not one to publish): the
     # tracker logs and registers it as a model, not only as files
     model: Callable[[Any, StageInstance], Any] | None = None
+    # the artifact scores several models (the evaluation): its folder -> model -> {"metrics":
+    # {name: value}, "per_layer": [value per layer]}, one set of names for every model; the
+    # tracker gives each model its own evaluation run with them (one schema across models)
+    per_model: Callable[[Path], dict[str, dict[str, Any]]] | None = None
 
 
 class ConfigView:

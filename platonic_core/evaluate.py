@@ -33,6 +33,35 @@ def rotation_fit(text: np.ndarray, image: np.ndarray, seed: int = 0) -> dict[str
     return retrieval(text[fit], image[fit], text[held], image[held], ids[held], ids[held], kind="procrustes")
 
 
+def model_scores(out: Path) -> dict[str, dict]:
+    """Each text model's scores in an evaluate artifact (scores.json) under the names every
+    model shares: mutual_knn and its 95% interval, the best layer pair, text->image and
+    image->text R@1 and the held-out residual of the rotation, the fraction of the ceiling
+    (the world), the chance level; `per_layer`: each text layer's best score over image layers."""
+    s = json.loads((Path(out) / "scores.json").read_text())
+    scores = {}
+    for m, r in s["models"].items():
+        rot = r.get("procrustes", {})
+        metrics = {
+            "mutual_knn": r["mutual_knn"],
+            "mutual_knn_ci_low": r["ci95"][0],
+            "mutual_knn_ci_high": r["ci95"][1],
+            "best_layer": r["layer_a"],
+            "best_image_layer": r["layer_b"],
+            "r_at_1_t2i": rot.get("t2i_R@1"),
+            "r_at_1_i2t": rot.get("i2t_R@1"),
+            "residual": rot.get("heldout_residual"),
+            "fraction_of_ceiling": r.get("fraction_of_ceiling"),
+            "chance": s["chance"],
+            **{f"mutual_knn_{n}": v for n, v in r.get("subsets", {}).items()},
+        }
+        scores[m] = {
+            "metrics": {k: v for k, v in metrics.items() if v is not None},
+            "per_layer": [max(row) for row in r["per_layer"]],
+        }
+    return scores
+
+
 def run_evaluate(
     embeds: dict[str, Path],
     cfg: EvaluateConfig,

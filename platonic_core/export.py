@@ -7,6 +7,10 @@ text_jepa: the BERT encoder (`BertModel`), its tokenizer, and `projector.safeten
 JEPA head, not part of the encoder); causal_lm: the GPT-2 (`GPT2LMHeadModel`; AutoModel
 gives its transformer). `platonic.json` says how the project pooled it: the masked mean of a
 layer's hidden states over tokens (the evaluation takes the best layer, `hidden_states[i]`).
+With provenance (the CLI gathers it from MLflow), the folder is hub-ready: `platonic.json`
+also holds the train run, the commit, the recipe digest, the scores and the best layer;
+`config.json` carries `platonic_pooling` and `platonic_layer` (what `model.config` shows a
+transformers user); `README.md` is a model card with the metadata header the hub reads.
 The image encoder is not a transformers model and is not exported this way.
 """
 
@@ -30,6 +34,8 @@ def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[
         raise ValueError(f"a {cfg.kind} model is not a transformers model: only text encoders export")
     model = load_checkpoint(Path(train_dir), cfg)
     net = model.bert if cfg.kind == "text_jepa" else model.lm
+    if cfg.kind == "text_jepa" and net.pooler is None:
+        _add_unused_pooler(net)
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(Path(train_dir) / "tokenizer.json"),
         pad_token="[PAD]",
@@ -52,6 +58,21 @@ def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[
     return net, tok, info, tensors
 
 
+def _add_unused_pooler(net: Any) -> None:
+    """The encoder is trained without BERT's pooler (it is pooled by a masked mean), but
+    AutoModel builds BertModel with one, and a checkpoint without its weights reloads with
+    "pooler.dense.* newly initialized". Ship a zero pooler instead: nothing is initialised at
+    random on load, and `pooler_output` is plainly not a feature (all zeros, not trained)."""
+    import torch
+    from transformers.models.bert.modeling_bert import BertPooler
+
+    pooler = BertPooler(net.config)
+    with torch.no_grad():
+        pooler.dense.weight.zero_()
+        pooler.dense.bias.zero_()
+    net.pooler = pooler
+
+
 def write_extras(dest: Path, info: dict[str, Any], tensors: dict[str, Any]) -> None:
     """platonic.json and the tensors that are not part of the transformers model."""
     from safetensors.torch import save_file
@@ -61,13 +82,93 @@ def write_extras(dest: Path, info: dict[str, Any], tensors: dict[str, Any]) -> N
     (Path(dest) / "platonic.json").write_text(json.dumps(info, indent=1))
 
 
-def export_pretrained(train_dir: Path, cfg: ModelConfig, dest: Path) -> dict[str, Any]:
-    """Write `dest` (created; must be new or empty); returns what platonic.json says."""
+def export_pretrained(
+    train_dir: Path, cfg: ModelConfig, dest: Path, provenance: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write `dest` (created; must be new or empty); returns what platonic.json says.
+    `provenance`: where the model came from and how it scored (run ids, commit, recipe
+    digest, `scores`, `best_layer`), written to platonic.json, config.json and the card."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest}: not empty; give a new or empty folder")
     net, tok, info, tensors = pretrained_parts(train_dir, cfg)
+    info = {**info, **(provenance or {})}
+    # what a transformers user sees in model.config: how to pool, and which layer scored best
+    net.config.platonic_pooling = "masked_mean"
+    if info.get("best_layer") is not None:
+        net.config.platonic_layer = int(info["best_layer"])
     net.save_pretrained(dest)
     tok.save_pretrained(dest)
     write_extras(dest, info, tensors)
+    (dest / "README.md").write_text(model_card(info))
     return info
+
+
+def model_card(info: dict[str, Any]) -> str:
+    """A Hugging Face model card: the YAML header the hub reads (library, pipeline tag,
+    tags), then how to load and pool the encoder, its scores beside their references, and
+    where it came from."""
+    causal = info["kind"] == "causal_lm"
+    objective = "next-token prediction (GPT-2)" if causal else f"JEPA, {info['views']} views (BERT encoder)"
+    name = info.get("registered_name") or f"platonic-{info['kind']}-{info['views']}"
+    layer = info.get("best_layer")
+    header = [
+        "---",
+        "library_name: transformers",
+        f"pipeline_tag: {'text-generation' if causal else 'feature-extraction'}",
+        "tags:",
+        "- platonic",
+        "- platonic-representation-hypothesis",
+        f"- {'next-token' if causal else 'jepa'}",
+        "---",
+    ]
+    use = "layer = model.config.platonic_layer  # the evaluation's best layer"
+    if layer is None:
+        use = "layer = -1  # no evaluation recorded: the last layer"
+    body = [
+        f"# {name}",
+        "",
+        f"A text encoder trained by `platonic` (Proving and Improving the Platonic Representation Hypothesis "
+        f"with JEPAs): {objective}. Architecture `{info['architecture']}`.",
+        "",
+        "## Use",
+        "",
+        "The features are the masked mean over tokens of one layer's hidden states "
+        "(`hidden_states[layer]`), not the pooler"
+        + (" (it is all zeros and was never trained)." if not causal else "."),
+        "",
+        "```python",
+        "import torch",
+        "from transformers import AutoModel, AutoTokenizer",
+        "",
+        'model, tok = AutoModel.from_pretrained("DIR"), AutoTokenizer.from_pretrained("DIR")',
+        use,
+        'batch = tok(["a small red circle"], padding=True, return_tensors="pt")',
+        "with torch.no_grad():",
+        "    h = model(**batch, output_hidden_states=True).hidden_states[layer]",
+        'mask = batch["attention_mask"].unsqueeze(-1).to(h.dtype)',
+        "features = (h * mask).sum(1) / mask.sum(1)",
+        "```",
+        "",
+    ]
+    scores = info.get("scores") or {}
+    if scores:
+        body += ["## Evaluation", "", "| metric | value |", "|---|---|"]
+        for k, v in sorted(scores.items()):  # layers are indices; the rest are scores
+            body.append(f"| {k} | {int(v)} |" if "layer" in k else f"| {k} | {v:.4f} |")
+        body += [
+            "",
+            "`mutual_knn`: mutual k-nearest-neighbour alignment with the recipe's image encoder "
+            "(Huh et al. 2024), with its 95% bootstrap interval; `chance` is k / (n - 1); `fraction_of_ceiling`: "
+            "the score over the learned ceiling of the synthetic world. Scores of tiny or synthetic recipes "
+            "are not claims about real data.",
+            "",
+        ]
+    else:
+        body += ["## Evaluation", "", "No evaluation run of this model was found in its MLflow store.", ""]
+    keys = ("run_id", "model_id", "evaluation_run_id", "flow_run_id", "recipe", "config_digest", "git_commit")
+    prov = [f"| {k} | `{info[k]}` |" for k in (*keys, "cache_key", "digest") if info.get(k)]
+    if prov:
+        body += ["## Provenance", "", "| field | value |", "|---|---|", *prov, ""]
+    body += ["Everything above is also in `platonic.json`.", ""]
+    return "\n".join(header + body)

@@ -2,8 +2,9 @@
 
 `execute` runs (or reuses) one stage instance: it computes the cache key (instance, version,
 the config fields the stage reads, its inputs' digests), takes the key's file lock, and
-- on a cache hit: runs no stage body, and logs a nested MLflow run tagged
-  `platonic.cache_hit=true` that points at the producing run (`platonic.producer_run_id`);
+- on a cache hit: runs no stage body and logs no run: the flow's parent run gets a tag
+  naming the producing run (`platonic.reused.<instance>`), which holds the params, inputs,
+  metrics and manifest;
 - otherwise: runs the spec's `compute` in a staging folder with only its declared config
   slice, commits the artifact atomically (its manifest written inside before the rename), and logs params, inputs
   (digests), counts, stats and files to MLflow.
@@ -226,28 +227,22 @@ def _execute_locked(
         tracking.UPSTREAM_RUNS_TAG: json.dumps(upstream_runs),
         tracking.NOTE_TAG: f"Inputs: {links or 'none'}",  # the run's description: links the UI follows
         **tracking.owner_tags(),  # whose process it is: a run it leaves RUNNING when killed is swept
+        **({tracking.MODEL_TAG: inst.model} if inst.model else {}),  # tags.model = 'good': one model's runs
     }
     if hit is not None and mode != FORCE:
-        # a hit stays visible but light: a finished child whose tags name the producer run,
-        # which holds the params, inputs, metrics and manifest (lineage reads them there)
+        # a hit logs no run of its own (an empty child per reused stage buried the runs that
+        # did work): the parent names the producer run, which holds the params, inputs,
+        # metrics and manifest (lineage reads them there)
         log.info("%-14s cache hit  %s (produced by run %s)", inst.id, key, hit.producer_run_id)
-        run_id = c.create_run(
-            ctx.experiment_id,
-            run_name=inst.id,
-            tags={
-                **tags,
-                tracking.CACHE_HIT_TAG: "true",
-                tracking.PRODUCER_TAG: hit.producer_run_id,
-                tracking.DIGEST_TAG: tracking.mlflow_digest(hit.digest),
-                tracking.NOTE_TAG: f"Cache hit of run {tracking.run_link(ctx.experiment_id, hit.producer_run_id)}.",
-            },
-        ).info.run_id
-        c.set_terminated(run_id, "FINISHED")
+        tracking.set_tags(c, ctx.parent_run_id, {tracking.reused_tag(inst.id): hit.producer_run_id})
         return hit, True
     run_id = c.create_run(ctx.experiment_id, run_name=inst.id, tags=tags).info.run_id
     try:
         the_slice = config_slice(spec, inst, cfg)
-        tracking.log_params(c, run_id, tracking.flatten(the_slice))
+        mcfg = spec.model(cfg, inst) if spec.model is not None else None
+        tracking.log_params(
+            c, run_id, {**run_params(spec, inst, the_slice), **(tracking.model_params(mcfg) if mcfg else {})}
+        )
         for n, m in inputs.items():
             tracking.log_input(c, run_id, n, m.digest, m.uri, m.schema, m.counts)
         log.info("%-14s running    %s%s", inst.id, key, " (forced)" if hit is not None else "")
@@ -299,18 +294,27 @@ def _execute_locked(
                 tracking.DIGEST_TAG: tracking.mlflow_digest(manifest.digest),
             },
         )
-        tracking.log_metrics(c, run_id, {**counts, **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})
         tracking.log_text(c, run_id, manifest.to_json(), "manifest.json")
         for name in spec.log_files:  # a name, or a glob (example_*.png)
             for p in sorted(manifest.path.glob(name)):
                 if p.is_file():
                     c.log_artifact(run_id, str(p), "outputs")
-        if spec.model is not None and (mcfg := spec.model(cfg, inst)) is not None:
+        model_id, data = None, None
+        if mcfg is not None:  # the model first: the run's counts are then linked to it and to its training data
             name = f"{getattr(cfg, 'name', 'platonic')}-{inst.model}"  # registered: demo-good, one version per run
             try:
-                tracking.log_trained_model(c, run_id, ctx.experiment_id, manifest.path, mcfg, name)
+                model_id = tracking.log_trained_model(
+                    c, run_id, ctx.experiment_id, manifest.path, mcfg, name, inst.model
+                )
             except Exception as e:  # the artifact is committed and sound: a tracking failure must not fail it
                 log.warning("%-14s not logged as an MLflow model: %s: %s", inst.id, type(e).__name__, e)
+            if model_id and (n := roles.get("data")) in inputs:
+                data = (n, tracking.mlflow_digest(inputs[n].digest))
+        numeric = {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+        tracking.log_metrics(c, run_id, counts, model_id=model_id, dataset=data)
+        tracking.log_metrics(c, run_id, numeric)
+        if spec.per_model is not None:
+            log_evaluations(spec, manifest, inputs, the_slice, ctx, run_id)
         c.set_terminated(run_id, "FINISHED")
         shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in counts.items())
         log.info("%-14s done       %s in %.1fs: %s", inst.id, manifest.digest[:12], stats["seconds"], shown)
@@ -319,6 +323,55 @@ def _execute_locked(
         with contextlib.suppress(Exception):  # on a full disk this write fails too: the cause is what to say
             c.set_terminated(run_id, tracking.end_status(e))
         raise
+
+
+def run_params(spec: StageSpec, inst: StageInstance, the_slice: dict[str, Any]) -> dict[str, str]:
+    """A stage's config slice as MLflow params, a per-model read (`train.models.{model}`)
+    under `model.*`: `model.steps` on every model's train run, not `train.models.good.steps`
+    on one and `train.models.bad.steps` on another (the cache key and manifest keep the
+    recipe's paths)."""
+    renamed = {}
+    for template in spec.reads:
+        path = inst.fill(template)
+        if "{model}" in template and path in the_slice:
+            renamed[path] = "model" + template.split("{model}", 1)[1]
+    return tracking.flatten({renamed.get(k, k): v for k, v in the_slice.items()})
+
+
+def log_evaluations(
+    spec: StageSpec,
+    manifest: Manifest,
+    inputs: dict[str, Manifest],
+    the_slice: dict[str, Any],
+    ctx: RunContext,
+    run_id: str,
+) -> None:
+    """A stage that scores several models (spec.per_model): one evaluation run per model
+    under its run, linked to the model's train run and logged model (tracking.log_model_evaluations)."""
+    scores = spec.per_model(manifest.path)
+    train_runs, datasets = {}, {}
+    for m in scores:
+        train_runs[m] = _producer_of(f"train:{m}", inputs)
+        for n, up in inputs.items():  # the model's features the evaluation read (`embed:good`)
+            if n == f"embed:{m}" or (n == m and up.stage.startswith("embed:")):
+                datasets[m] = (up.stage, up)
+    try:
+        tracking.log_model_evaluations(
+            ctx.client, ctx.experiment_id, run_id, tracking.flatten(the_slice), scores, train_runs, datasets
+        )
+    except Exception as e:  # the artifact is committed and sound: a tracking failure must not fail it
+        stage_logger().warning("%-14s per-model evaluation runs not logged: %s: %s", spec.name, type(e).__name__, e)
+
+
+def _producer_of(instance: str, inputs: dict[str, Manifest]) -> str | None:
+    """The run that produced `instance` (`train:good`): an input itself, or an input's upstream."""
+    for n, m in inputs.items():
+        if n == instance or m.stage == instance:
+            return m.producer_run_id
+    for m in inputs.values():
+        if m.upstream_runs.get(instance):
+            return m.upstream_runs[instance]
+    return None
 
 
 def _stage_task_body(inst: StageInstance, cfg: Any, inputs: dict, mode: str, ctx: RunContext, **kw: Any):

@@ -1,9 +1,11 @@
 """Where a number came from: walk MLflow stage runs back to the source.
 
 Each stage run carries `platonic.upstream_runs` (input stage -> the run that produced that
-input); a cache-hit run points at its producer through `platonic.producer_run_id`. The walk
-starts at an evaluate run (or at a flow's parent run: a pipeline's evaluate child, an
-ablation's summary stage, a caption flow's report).
+input). A flow's parent run names the producer of each stage it took from the cache
+(`platonic.reused.<instance>`; stores written before that hold a light cache-hit child run
+pointing at its producer through `platonic.producer_run_id`, read the same way). The walk
+starts at an evaluate run (or at a flow's parent run: a pipeline's evaluate stage, an
+ablation's summary stage, a caption flow's report, run or reused).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def trace(run_id: str, out_dir: str) -> dict:
         run = c.get_run(run_id)
     except MlflowException as e:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
+    start_reused = False
     if tracking.STAGE_TAG not in run.data.tags:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
         # inputs are every cell; a match's `match`, a caption flow's report), else from its evaluate child
@@ -72,6 +75,9 @@ def trace(run_id: str, out_dir: str) -> dict:
             if kids:
                 run_id = kids[0].info.run_id
                 break
+            if reused := next((v for k, v in run.data.tags.items() if _reused_stage(k) == stage), None):
+                run_id, start_reused = reused, True  # taken from the cache: its producer's run
+                break
         else:
             raise LineageError(f"run {run_id} has no evaluate stage run (was evaluate skipped?)")
     seen: dict[str, dict] = {}
@@ -80,6 +86,8 @@ def trace(run_id: str, out_dir: str) -> dict:
         node = _node(c, rid)
         if node["cache_hit"] and node["producer_run_id"]:
             node["produced_by"] = node["producer_run_id"]
+        elif rid == run_id and start_reused:  # the flow run reused this stage's artifact
+            node.update(cache_hit=True, producer_run_id=rid, produced_by=rid)
         if rid in seen:
             return {"stage": node["stage"], "run_id": rid, "see_above": True}
         seen[rid] = node
@@ -87,6 +95,29 @@ def trace(run_id: str, out_dir: str) -> dict:
         return node
 
     return walk(run_id)
+
+
+def _reused_stage(tag: str) -> str | None:
+    """The stage of a parent's `platonic.reused.<instance>` tag (`train:good` -> train)."""
+    if not tag.startswith(tracking.REUSED_TAG):
+        return None
+    return tag.removeprefix(tracking.REUSED_TAG).split(":", 1)[0]
+
+
+def stage_producers(c, parent_run_id: str) -> dict[str, str]:
+    """A flow run's stage instances -> the run that produced each one's artifact: its own
+    child runs (executed now) and the runs its `platonic.reused.*` tags name (cache hits).
+    The question "which run produced this input" as one call."""
+    parent = c.get_run(parent_run_id)
+    kids = c.search_runs(
+        [parent.info.experiment_id], f"tags.`{tracking.PARENT_TAG}` = '{parent_run_id}'", max_results=5000
+    )
+    tags = parent.data.tags
+    out = {k.removeprefix(tracking.REUSED_TAG).replace("/", "@"): v for k, v in tags.items() if _reused_stage(k)}
+    for r in kids:
+        if (inst := r.data.tags.get(tracking.INSTANCE_TAG)) and r.data.tags.get(tracking.CACHE_HIT_TAG) != "true":
+            out[inst] = r.info.run_id
+    return out
 
 
 def print_lineage(tree: dict) -> None:
@@ -101,7 +132,7 @@ def print_lineage(tree: dict) -> None:
         groups: dict[str, list[str]] = {}  # config section -> "field=value" (relative)
         for k, v in n["config"].items():
             parts = k.split(".")
-            depth = 3 if k.startswith("train.models.") else 1
+            depth = 3 if k.startswith("train.models.") else 1  # older runs: train.models.<m>.*; now model.*
             root = ".".join(parts[:depth]) if len(parts) > depth else ""
             groups.setdefault(root, []).append(f"{k.removeprefix(root + '.') if root else k}={v}")
         cfg = escape("; ".join(f"{r}: {', '.join(f)}" if r else ", ".join(f) for r, f in groups.items()))
@@ -137,3 +168,45 @@ def train_artifact(run_id: str, out_dir: str) -> tuple[Path, ModelConfig]:
         raise LineageError(f"run {run_id}'s artifact is not in this store ({folder})")
     manifest = Manifest.read(folder)
     return folder, ModelConfig.model_validate(manifest.config[f"train.models.{instance.split(':', 1)[1]}"])
+
+
+def export_provenance(run_id: str, out_dir: str) -> dict:
+    """What an exported encoder says about itself, read from MLflow: its train run, the flow
+    run that trained it (git commit, recipe, config digest), its logged model and registered
+    versions, and its latest evaluation run's scores (`best_layer` among them)."""
+    c = tracking.client(out_dir)
+    try:
+        run = c.get_run(run_id)
+    except MlflowException as e:
+        raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
+    t = run.data.tags
+    prov: dict = {
+        "run_id": run_id,
+        "experiment_id": run.info.experiment_id,
+        "cache_key": t.get(tracking.CACHE_KEY_TAG),
+        "digest": t.get(tracking.DIGEST_TAG),
+    }
+    if parent_id := t.get(tracking.PARENT_TAG):
+        pt = c.get_run(parent_id).data.tags
+        prov |= {
+            "flow_run_id": parent_id,
+            "recipe": pt.get(tracking.RECIPE_TAG),
+            "config_digest": pt.get(tracking.CONFIG_DIGEST_TAG),
+            "git_commit": pt.get(tracking.GIT_COMMIT_TAG),
+        }
+    if model_id := tracking.trained_model_id(c, run_id):
+        logged = c.get_logged_model(model_id)
+        versions = json.loads(logged.tags.get("mlflow.modelVersions", "[]"))
+        prov |= {"model_id": model_id, "registered_name": logged.name, "registered_versions": versions}
+    evals = c.search_runs(
+        [run.info.experiment_id],
+        f"tags.`{tracking.TRAIN_RUN_TAG}` = '{run_id}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    if evals:
+        metrics = {k: v for k, v in evals[0].data.metrics.items() if k != "mutual_knn_per_layer"}
+        prov |= {"evaluation_run_id": evals[0].info.run_id, "scores": metrics}
+        if "best_layer" in metrics:
+            prov["best_layer"] = int(metrics["best_layer"])
+    return {k: v for k, v in prov.items() if v is not None}

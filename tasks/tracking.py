@@ -17,14 +17,15 @@ import socket
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, ViewType
-from mlflow.exceptions import MlflowException
+from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelStatus, Metric, Param, RunTag, ViewType
 from mlflow.tracking import MlflowClient
 
 from platonic.core.config import ConfigError
@@ -47,6 +48,13 @@ DIGEST_TAG = "platonic.digest"  # mlflow_digest of the artifact
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI (markdown)
 UPSTREAM_TAG = "platonic.upstream"  # input -> its cache key (JSON)
 UPSTREAM_RUNS_TAG = "platonic.upstream_runs"  # input -> the run that produced it (JSON)
+# on a flow's parent run, one per stage instance it took from the cache: the run that
+# produced that artifact (`platonic.reused.train:good`); a hit logs no child run of its own
+REUSED_TAG = "platonic.reused."
+# the model a run is about (train, embed and evaluation runs of one model): `tags.model = 'good'`
+MODEL_TAG = "model"
+TRAIN_RUN_TAG = "platonic.train_run"  # an evaluation run: the train run of its model
+MODEL_ID_TAG = "platonic.model_id"  # an evaluation run: the logged model it scores
 # the process that owns a run while it is RUNNING: a later run on the same host marks the
 # run KILLED once that process is gone (a crash or kill -9 never closes its runs)
 HOST_TAG = "platonic.host"
@@ -198,9 +206,23 @@ def log_params(c: MlflowClient, run_id: str, params: dict[str, str]) -> None:
         c.log_batch(run_id, params=items[s : s + 100])
 
 
-def log_metrics(c: MlflowClient, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+def log_metrics(
+    c: MlflowClient,
+    run_id: str,
+    metrics: dict[str, float],
+    step: int = 0,
+    model_id: str | None = None,
+    dataset: tuple[str, str] | None = None,
+) -> None:
+    """Numeric values as metrics at `step`; with `model_id`, linked to that logged model (its
+    page lists them), with `dataset` (name, MLflow digest), to the data they were measured on."""
     ts = int(time.time() * 1000)
-    items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if isinstance(v, (int, float))]
+    name, digest = dataset or (None, None)
+    items = [
+        Metric(k, float(v), ts, step, dataset_name=name, dataset_digest=digest, model_id=model_id)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float))
+    ]
     for s in range(0, len(items), 500):
         c.log_batch(run_id, metrics=items[s : s + 500])
 
@@ -320,15 +342,57 @@ def no_model_card_warnings():
         logger.setLevel(level)
 
 
+def reused_tag(instance: str) -> str:
+    """The parent-run tag naming the producer of a stage instance the flow took from the
+    cache (tag keys take no `@`: `features:qwen@wit` -> `platonic.reused.features:qwen/wit`)."""
+    return REUSED_TAG + instance.replace("@", "/")
+
+
+def model_params(mcfg: Any) -> dict[str, str]:
+    """A model's config as MLflow params under `model.*` (the same keys for every model, so
+    MLflow's compare view lines good, next-token and bad up), plus `model.objective`."""
+    plain = mcfg.model_dump(mode="json") if hasattr(mcfg, "model_dump") else dict(mcfg)
+    objective = "next-token" if plain.get("kind") == "causal_lm" else f"jepa ({plain.get('views')} views)"
+    return flatten({"model": {**plain, "objective": objective}})
+
+
+_fluent_lock = threading.Lock()
+
+
+@contextmanager
+def _fluent_store(uri: str) -> Iterator[None]:
+    """MLflow's model calls (`log_model`, `register_model`) and its SQL model registry read
+    the process-wide tracking URI, not a client's: point it at this store while they run
+    (one at a time), then put back both the URI and `MLFLOW_TRACKING_URI`, which
+    `mlflow.set_tracking_uri` also writes (or deletes, when set back to None)."""
+    import mlflow.tracking._tracking_service.utils as fluent
+
+    with _fluent_lock:
+        before, env = fluent._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+        fluent.set_tracking_uri(uri)
+        try:
+            yield
+        finally:
+            fluent.set_tracking_uri(before)
+            if env is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = env
+
+
 def log_trained_model(
-    c: MlflowClient, run_id: str, experiment_id: str, train_dir: Path, mcfg: Any, registered_name: str
+    c: MlflowClient, run_id: str, experiment_id: str, train_dir: Path, mcfg: Any, registered_name: str, model: str
 ) -> str:
-    """A trained text encoder as an MLflow model: the transformers flavor (save_pretrained
-    model + tokenizer; `mlflow.transformers.load_model`, or AutoModel on its `model/` folder),
-    plus platonic.json and the projector, logged from its train run and registered under
-    `registered_name` (one version per run). Returns the logged model's id."""
+    """A trained text encoder as an MLflow 3 logged model of its train run, the way MLflow
+    logs one: `mlflow.transformers.log_model(name=..., run_id=...)` (the transformers flavor:
+    save_pretrained model + tokenizer; `mlflow.transformers.load_model`, or AutoModel on its
+    `model/` folder; the run's output, its step-0 metrics linked), plus platonic.json and the
+    projector, then `mlflow.register_model("models:/<model_id>", registered_name)` (one
+    version per run; the logged model's page shows it). The logged model is created first
+    with the client, in the run's experiment (the fluent call would put it in the default
+    one outside an active run). Returns its id."""
+    import mlflow
     import mlflow.transformers
-    from mlflow.entities import LoggedModelInput, LoggedModelStatus
 
     from platonic.core.export import pretrained_parts, write_extras
 
@@ -337,30 +401,80 @@ def log_trained_model(
         experiment_id,
         name=registered_name,
         source_run_id=run_id,
-        params={"kind": mcfg.kind, "views": mcfg.views, "architecture": info["architecture"]},
+        params={k: v[:250] for k, v in model_params(mcfg).items()},
+        tags={MODEL_TAG: model},
+        model_type="text-encoder",
     )
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp) / "model"
-            with no_model_card_warnings():
-                mlflow.transformers.save_model(
-                    transformers_model={"model": net, "tokenizer": tok},
-                    path=str(folder),
-                    task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
-                    pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
-                )
-            write_extras(folder, info, tensors)
-            c.log_model_artifacts(logged.model_id, str(folder))
-        c.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-    except Exception:
-        c.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
-        raise
-    c.log_inputs(run_id, models=[LoggedModelInput(logged.model_id)])
-    try:
-        c.create_registered_model(registered_name)
-    except MlflowException as e:  # registered by an earlier run
-        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+    with _fluent_store(c.tracking_uri), no_model_card_warnings():
+        try:
+            mlflow.transformers.log_model(
+                transformers_model={"model": net, "tokenizer": tok},
+                name=registered_name,
+                task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
+                pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
+                run_id=run_id,
+                model_id=logged.model_id,
+            )
+        except Exception:
+            c.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
             raise
-    logged = c.get_logged_model(logged.model_id)
-    c.create_model_version(registered_name, logged.artifact_location, run_id=run_id, model_id=logged.model_id)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_extras(Path(tmp), {**info, "run_id": run_id, "model_id": logged.model_id}, tensors)
+            c.log_model_artifacts(logged.model_id, tmp)
+        mlflow.register_model(f"models:/{logged.model_id}", registered_name)
     return logged.model_id
+
+
+def trained_model_id(c: MlflowClient, train_run_id: str) -> str | None:
+    """The logged model a train run output (its latest), None if it logged none."""
+    outputs = c.get_run(train_run_id).outputs
+    models = sorted(outputs.model_outputs if outputs else [], key=lambda o: o.step)
+    return models[-1].model_id if models else None
+
+
+def log_model_evaluations(
+    c: MlflowClient,
+    experiment_id: str,
+    evaluate_run_id: str,
+    evaluate_params: dict[str, str],
+    scores: dict[str, dict[str, Any]],
+    train_runs: dict[str, str | None],
+    datasets: dict[str, tuple[str, Any]],
+) -> dict[str, str]:
+    """One evaluation run per model, nested under the evaluate stage run, all with one schema:
+    tag `model`, params `model.*` (from the model's train run) + the evaluation's, metrics
+    `mutual_knn`, `mutual_knn_ci_low/high`, `r_at_1_t2i`, `residual`, `fraction_of_ceiling`,
+    ... and `mutual_knn_per_layer` (step = text layer). Each metric is linked to the model's
+    logged model (`model_id`) and to the features it was measured on (`datasets`: model ->
+    (input name, its manifest), also the run's dataset input); the logged model is the run's
+    model input. Returns model -> run id."""
+    from mlflow.entities import LoggedModelInput
+
+    runs = {}
+    for m, s in scores.items():
+        train_run = train_runs.get(m)
+        model_id = trained_model_id(c, train_run) if train_run else None
+        links = f"Model `{m}`: train run {run_link(experiment_id, train_run)}" if train_run else f"Model `{m}`"
+        tags = {
+            PARENT_TAG: evaluate_run_id,
+            MODEL_TAG: m,
+            NOTE_TAG: f"{links}; evaluate run {run_link(experiment_id, evaluate_run_id)}.",
+            **({TRAIN_RUN_TAG: train_run} if train_run else {}),
+            **({MODEL_ID_TAG: model_id} if model_id else {}),
+        }
+        rid = c.create_run(experiment_id, run_name=f"evaluate:{m}", tags=tags).info.run_id
+        params = c.get_run(train_run).data.params if train_run else {}
+        log_params(c, rid, {**{k: v for k, v in params.items() if k.startswith("model.")}, **evaluate_params})
+        seen = None
+        if (ds := datasets.get(m)) is not None:
+            name, manifest = ds
+            log_input(c, rid, name, manifest.digest, manifest.uri, manifest.schema, manifest.counts)
+            seen = (name, mlflow_digest(manifest.digest))
+        if model_id:
+            c.log_inputs(rid, models=[LoggedModelInput(model_id)])
+        log_metrics(c, rid, s["metrics"], model_id=model_id, dataset=seen)
+        for layer, v in enumerate(s.get("per_layer", [])):
+            log_metrics(c, rid, {"mutual_knn_per_layer": v}, step=layer, model_id=model_id, dataset=seen)
+        c.set_terminated(rid, "FINISHED")
+        runs[m] = rid
+    return runs

@@ -63,20 +63,25 @@ def export(
 ) -> None:
     """Export a trained text encoder as a Hugging Face folder.
 
-    AutoModel/AutoTokenizer.from_pretrained(DEST) read it."""
+    AutoModel/AutoTokenizer.from_pretrained(DEST) read it; with a model card (README.md) and
+    platonic.json (train run, commit, recipe digest, scores, best layer)."""
     with _reported_errors():
         out_dir = str(store.to_read(store.chosen(out_dir)))
     store.say(Path(out_dir))
     services.embedded_defaults()
     from platonic.core.export import export_pretrained
-    from platonic.tasks.lineage import LineageError, train_artifact
+    from platonic.tasks.lineage import LineageError, export_provenance, train_artifact
 
     try:
         folder, mcfg = train_artifact(run_id, out_dir)
-        info = export_pretrained(folder, mcfg, dest)
+        info = export_pretrained(folder, mcfg, dest, export_provenance(run_id, out_dir))
     except (LineageError, ValueError) as e:
         fail(str(e))
-    typer.echo(f"{dest}: {info['architecture']} ({info['kind']}, {info['views']} views) + tokenizer; see platonic.json")
+    layer = f", best layer {info['best_layer']}" if "best_layer" in info else ""
+    typer.echo(
+        f"{dest}: {info['architecture']} ({info['kind']}, {info['views']} views{layer}) + tokenizer; "
+        "see README.md and platonic.json"
+    )
 
 
 def lineage(

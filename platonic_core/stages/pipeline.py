@@ -293,6 +293,12 @@ def curve(call: StageCall):
     return {"points": counts["points"]}, {"final_mutual_knn": counts["final_mutual_knn"]}
 
 
+def evaluation_scores(out: Path) -> dict[str, dict]:
+    from ..evaluate import model_scores
+
+    return model_scores(out)
+
+
 # ---- what the stages read ----------------------------------------------------------------
 
 
@@ -539,6 +545,7 @@ SPECS: dict[str, StageSpec] = {
             ),
             uses=("train.models",),
             log_files=("scores.json", "table.md", "alignment.png"),
+            per_model=evaluation_scores,
         ),
         StageSpec(
             "curve",

@@ -1,0 +1,197 @@
+"""MLflow as a user meets it, through the real client on the shared tiny run (issue 34):
+a registered model version leads to its run, its training data and its alignment score and
+back; every model's runs share one schema (compare view, `search_runs` on `tags.model`);
+a cache hit logs no empty child run but stays answerable; the Hugging Face export is
+hub-ready (model card, provenance, best layer, no "newly initialized" on reload)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from platonic.core.config import load_config
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+MODELS = ("good", "ntp", "bad")
+
+
+def test_a_model_version_leads_to_its_run_data_and_score_and_back(tiny_run):
+    out, res = tiny_run
+    c = MlflowClient(res["tracking_uri"])
+    views_digest = res["stages"]["views"]["digest"][:36]
+    for name in MODELS:
+        train_run = res["models"][name]["train_run_id"]
+        # the registry: one version of `tiny-<model>` per training run, registered from models:/<model_id>
+        (version,) = [v for v in c.search_model_versions(f"name = 'tiny-{name}'") if v.run_id == train_run]
+        assert version.source.startswith("models:/m-")
+        model_id = version.source.removeprefix("models:/")
+        # the logged model: READY, logged from the train run, and it names its registered version
+        logged = c.get_logged_model(model_id)
+        assert logged.source_run_id == train_run and logged.status.to_proto() == 2  # READY
+        assert {"name": f"tiny-{name}", "version": str(version.version)} in [
+            {**v, "version": str(v["version"])} for v in json.loads(logged.tags["mlflow.modelVersions"])
+        ]
+        assert logged.params["model.objective"] and logged.tags["model"] == name
+        # the train run outputs it, and read the views artifact as its training data
+        run = c.get_run(train_run)
+        assert [o.model_id for o in run.outputs.model_outputs] == [model_id]
+        assert {d.dataset.name: d.dataset.digest for d in run.inputs.dataset_inputs}["views"] == views_digest
+        # the model's metrics: its training counts on that data, its alignment score from its evaluation
+        metrics = {m.key: m for m in logged.metrics}
+        assert metrics["samples"].dataset_digest == views_digest and metrics["samples"].run_id == train_run
+        score = metrics["mutual_knn"]
+        assert score.value == pytest.approx(res["models"][name]["mutual_knn"])
+        assert score.dataset_name == f"embed:{name}"
+        assert score.dataset_digest == res["stages"][f"embed:{name}"]["digest"][:36]
+        # ...and back: the evaluation run scores this logged model and names its train run
+        evaluation = c.get_run(score.run_id)
+        assert [i.model_id for i in evaluation.inputs.model_inputs] == [model_id]
+        assert evaluation.data.tags["platonic.train_run"] == train_run
+        assert evaluation.data.tags["mlflow.parentRunId"] == res["evaluate_run_id"]
+        assert c.get_run(res["evaluate_run_id"]).data.tags["mlflow.parentRunId"] == res["run_id"]
+
+
+def test_every_model_has_one_schema_so_the_three_compare_in_one_table(tiny_run, monkeypatch):
+    import mlflow
+
+    out, res = tiny_run
+    c = MlflowClient(res["tracking_uri"])
+    tiny = load_config(TINY)
+    # train runs: the same param keys for every model (`model.*`), not `train.models.<name>.*`
+    train = {n: c.get_run(res["models"][n]["train_run_id"]) for n in MODELS}
+    keys = {n: set(r.data.params) for n, r in train.items()}
+    assert keys["good"] == keys["ntp"] == keys["bad"] and {"seed", "model.steps", "model.objective"} <= keys["good"]
+    assert not any(k.startswith("train.models.") for k in keys["good"])
+    assert {n: r.data.params["model.objective"] for n, r in train.items()} == {
+        "good": "jepa (good views)",
+        "ntp": "next-token",
+        "bad": "jepa (bad views)",
+    }
+    assert all(r.data.params["model.steps"] == str(tiny.train.models[n].steps) for n, r in train.items())
+    assert {r.data.tags["model"] for r in train.values()} == set(MODELS)
+    # evaluation runs: one per model, one table, the numbers results.json holds
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", res["tracking_uri"])  # as a user points mlflow at the store
+    table = mlflow.search_runs(
+        [res["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{res['evaluate_run_id']}'"
+    )
+    good = mlflow.search_runs([res["experiment_id"]], filter_string="tags.model = 'good'")
+    assert sorted(table["tags.model"]) == sorted(MODELS)
+    for _, row in table.iterrows():
+        r = res["models"][row["tags.model"]]
+        assert row["metrics.mutual_knn"] == pytest.approx(r["mutual_knn"])
+        assert (row["metrics.mutual_knn_ci_low"], row["metrics.mutual_knn_ci_high"]) == pytest.approx(tuple(r["ci95"]))
+        assert row["metrics.r_at_1_t2i"] == pytest.approx(r["procrustes"]["t2i_R@1"])
+        assert row["metrics.residual"] == pytest.approx(r["procrustes"]["heldout_residual"])
+        assert row["metrics.fraction_of_ceiling"] == pytest.approx(r["fraction_of_ceiling"])
+        assert row["metrics.best_layer"] == r["layer_a"]
+        assert row["params.model.steps"] == str(tiny.train.models[row["tags.model"]].steps)
+        assert row["params.evaluate.k"] == "5"
+        history = c.get_metric_history(row["run_id"], "mutual_knn_per_layer")
+        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(r["per_layer_best"])
+    # one model's runs across stages, by its tag
+    assert {"train:good", "embed:good", "evaluate:good"} <= set(good["tags.mlflow.runName"])
+    # the parent keeps its summary metrics
+    parent = c.get_run(res["run_id"]).data.metrics
+    assert all(parent[f"mutual_knn/{n}"] == pytest.approx(res["models"][n]["mutual_knn"]) for n in MODELS)
+
+
+def test_a_rerun_logs_no_child_per_cache_hit_and_still_names_each_producer(tiny_run, monkeypatch):
+    import dataclasses
+
+    from platonic.core.stages import SPECS
+    from platonic.flows.pipeline import pipeline
+    from platonic.tasks.lineage import stage_producers, trace
+
+    out, res = tiny_run
+
+    def boom(call):
+        raise AssertionError(f"a stage body ran on a cache hit: {call.inst.id}")
+
+    for name in SPECS:
+        monkeypatch.setitem(SPECS, name, dataclasses.replace(SPECS[name], compute=boom))
+    again = pipeline(load_config(TINY, [f"out_dir={out}"]).model_dump(mode="json"))
+    assert again["models"] == res["models"]  # the scores, unchanged
+    c = MlflowClient(again["tracking_uri"])
+    kids = c.search_runs([again["experiment_id"]], f"tags.`mlflow.parentRunId` = '{again['run_id']}'")
+    assert kids == []  # nothing ran: no run besides the parent
+    # the parent names every stage's producer run; one query answers "which run produced this input"
+    tags = c.get_run(again["run_id"]).data.tags
+    assert {k.removeprefix("platonic.reused."): v for k, v in tags.items() if k.startswith("platonic.reused.")} == {
+        i: s["run_id"] for i, s in res["stages"].items()
+    }
+    (flow_run,) = c.search_runs(
+        [again["experiment_id"]], f"tags.`platonic.reused.train:good` = '{res['models']['good']['train_run_id']}'"
+    )
+    assert flow_run.info.run_id == again["run_id"]
+    assert stage_producers(c, again["run_id"]) == {i: s["run_id"] for i, s in res["stages"].items()}
+    assert stage_producers(c, res["run_id"]) == {i: s["run_id"] for i, s in res["stages"].items()}
+    # lineage of the rerun starts at the evaluate run it reused
+    tree = trace(again["run_id"], str(out))
+    assert tree["run_id"] == res["evaluate_run_id"] and tree["produced_by"] == res["evaluate_run_id"]
+    assert tree["config"]["evaluate.k"] == "5" and tree["upstream"]
+
+
+@pytest.mark.parametrize("name", ["good", "ntp"])
+def test_the_export_is_hub_ready(tiny_run, tmp_path, name):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from platonic.core.export import export_pretrained
+    from platonic.core.models import load_checkpoint
+    from platonic.core.models.pooling import masked_mean
+    from platonic.tasks.lineage import export_provenance, train_artifact
+
+    out, res = tiny_run
+    m = res["models"][name]
+    folder, mcfg = train_artifact(m["train_run_id"], str(out))
+    dest = tmp_path / "hf"
+    export_pretrained(folder, mcfg, dest, export_provenance(m["train_run_id"], str(out)))
+    # provenance and scores, for a program
+    info = json.loads((dest / "platonic.json").read_text())
+    parent = MlflowClient(res["tracking_uri"]).get_run(res["run_id"]).data.tags
+    assert info["run_id"] == m["train_run_id"] and info["flow_run_id"] == res["run_id"]
+    assert info["git_commit"] == parent["mlflow.source.git.commit"] and info["config_digest"] == res["config_digest"]
+    assert info["best_layer"] == m["layer_a"] and info["scores"]["mutual_knn"] == pytest.approx(m["mutual_knn"])
+    assert info["registered_name"] == f"tiny-{name}" and info["model_id"].startswith("m-")
+    # a model card with the metadata header the hub reads
+    card = (dest / "README.md").read_text()
+    header = card.split("---\n")[1]
+    assert "library_name: transformers" in header and "pipeline_tag: " in header and "- platonic" in header
+    assert m["train_run_id"] in card and f"{m['mutual_knn']:.4f}" in card
+    # what a transformers user reads: every weight loaded (no "newly initialized"), the layer in the config
+    model, loading = AutoModel.from_pretrained(dest, output_loading_info=True)
+    assert not any(loading[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), loading
+    assert model.config.platonic_layer == m["layer_a"] and model.config.platonic_pooling == "masked_mean"
+    # ...and the features at that layer are the evaluation's
+    tok = AutoTokenizer.from_pretrained(dest)
+    batch = tok(["a small red circle", "two blue squares at the top"], padding=True, return_tensors="pt")
+    ours = load_checkpoint(folder, mcfg).layer_features(batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        h = model(**batch, output_hidden_states=True).hidden_states[model.config.platonic_layer]
+    torch.testing.assert_close(masked_mean(h, batch["attention_mask"]), ours[m["layer_a"]])
+
+
+@pytest.mark.parametrize("env", [None, "sqlite:////elsewhere/mlflow.db"])
+def test_model_logging_leaves_the_tracking_uri_and_its_variable_as_they_were(env, monkeypatch, tmp_path):
+    """mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI (and deletes it when set back to
+    None): the served stack's variable must survive a model being logged."""
+    import os
+
+    import mlflow
+
+    from platonic.tasks import tracking
+
+    if env is None:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", env)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with tracking._fluent_store(store):
+        assert mlflow.get_tracking_uri() == store
+    assert os.environ.get("MLFLOW_TRACKING_URI") == env
