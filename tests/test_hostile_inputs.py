@@ -412,3 +412,195 @@ def test_world_catalog_in_a_folder_with_glob_characters(tmp_path):
     ingest_world(world, IngestConfig(), tmp_path / "ingest[1]")
     kinds = {s["source_kind"] for s in ingest_stats(tmp_path / "ingest[1]")}
     assert "decoy" not in kinds and "alt" in kinds
+
+
+# ---- issue 33, item 7 and its classes: bounded records, Unicode edge cases, uncounted drops ----
+
+
+def _peak_python_bytes(fn) -> int:
+    """The peak of Python allocations while `fn` runs (a line or a file read whole shows here)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _reader_peak(path: Path, fmt: str, **cfg) -> int:
+    """Peak Python allocations of reading every batch of one shard (ingest's imports excluded)."""
+    from platonic.core.data.readers import reader_for
+
+    ic = IngestConfig(source=fmt, paths=[str(path)], **cfg)
+    reader, (shard,) = reader_for(ic), resolve_sources(ic.paths, fmt)
+
+    def read() -> None:
+        try:
+            for _ in reader.batches(shard):
+                pass
+        except Exception:  # a refused shard: its memory up to the refusal is what counts
+            pass
+
+    return _peak_python_bytes(read)
+
+
+def test_a_jsonl_line_over_max_record_bytes_is_quarantined_without_being_read(tmp_path):
+    """Item 7: one 200 MB JSONL line took 2.56 GB; the same with a 64 KiB cap and a 8 MB line."""
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b'{"image_id": "a", "text": "' + b"x" * (8 << 20) + b'"}\n{"image_id": "b", "text": "two"}\n')
+    c, _ = run([big], tmp_path, "jsonl", max_record_bytes=64 << 10)
+    assert (c["in"], c["kept"], c.get("quarantined_over_long_text")) == (2, 1, 1)
+    q = rows(tmp_path / "out", "quarantine", "source_row, field, reason, length(raw)")
+    assert q[0][:3] == (0, "text", "over_long_text") and q[0][3] <= 4 * 1000  # a bounded prefix as raw
+    peak = _reader_peak(big, "jsonl", max_record_bytes=64 << 10)
+    assert peak < 6 << 20, peak  # the line read whole is 8 MB as bytes, then as str, then parsed
+    # a JSON array's item past the cap fails its shard with one line, never read whole
+    arr = tmp_path / "arr" / "big.json"
+    arr.parent.mkdir()
+    arr.write_bytes(b'[{"image_id": "a", "text": "' + b"x" * (8 << 20) + b'"}]')
+    _, (res,) = run([arr], tmp_path / "arr", "jsonl", max_record_bytes=64 << 10)
+    assert res.status == "failed" and "max_record_bytes" in res.error and "\n" not in res.error
+    assert _reader_peak(arr, "jsonl", max_record_bytes=64 << 10) < 6 << 20
+
+
+def test_max_record_bytes_has_bounds():
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        IngestConfig(max_record_bytes=1 << 40)
+    with pytest.raises(ValueError, match="workers"):
+        IngestConfig(workers=10**6)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    "name, fmt, data, kept, reasons",
+    [
+        # a UTF-8 byte-order mark cost the first row, a CSV's id column, a whole JSON array or shard
+        ("bom.jsonl", "jsonl", BOM + b'{"image_id": "a", "text": "one"}\n{"image_id": "b", "text": "two"}\n', 2, {}),
+        ("bom.json", "jsonl", BOM + b'[{"image_id": "a", "text": "one"}, {"image_id": "b", "text": "two"}]', 2, {}),
+        ("bom.csv", "jsonl", BOM + b"image_id,text\na,one\nb,two\n", 2, {}),
+        (
+            "captions_bom.json",
+            "coco",
+            BOM + b'{"images": [{"id": 1}], "annotations": [{"image_id": 1, "id": 1, "caption": "hi"}]}',
+            1,
+            {},
+        ),
+        # a lone surrogate escape ("\ud800") in a text or an id failed the whole shard to encode
+        (
+            "sur.jsonl",
+            "jsonl",
+            b'{"image_id": "a", "text": "x\\ud800y"}\n{"image_id": "b", "text": "two"}\n',
+            1,
+            {"invalid_utf8": 1},
+        ),
+        (
+            "surid.jsonl",
+            "jsonl",
+            b'{"image_id": "a\\ud800", "text": "x"}\n{"image_id": "b", "text": "two"}\n',
+            1,
+            {"invalid_utf8": 1},
+        ),
+        (
+            "captions_sur.json",
+            "coco",
+            b'{"images": [{"id": 1}], "annotations": [{"image_id": 1, "id": 1, "caption": "h\\ud800i"}, '
+            b'{"image_id": 1, "id": 2, "caption": "ok"}, {"image_id": "1\\udfff", "id": 3, "caption": "ok"}]}',
+            1,
+            {"invalid_utf8": 2},
+        ),
+        # a record giving a read column twice kept the last value and dropped the first, uncounted
+        (
+            "twice.jsonl",
+            "jsonl",
+            b'{"image_id": "a", "text": "one", "text": "two"}\n{"image_id": "b", "text": "x"}\n',
+            1,
+            {"schema_mismatch": 1},
+        ),
+        ("nested.jsonl", "jsonl", b'{"image_id": "a", "text": "one", "meta": {"text": "two"}}\n', 1, {}),
+    ],
+)
+def test_unicode_edge_cases_and_repeated_columns_lose_no_row(tmp_path, name, fmt, data, kept, reasons):
+    (tmp_path / name).write_bytes(data)
+    c, results = run([tmp_path / name], tmp_path, fmt)
+    assert [r.error for r in results] == [""]
+    assert c["kept"] == kept and {k[12:]: v for k, v in c.items() if k.startswith("quarantined_")} == reasons
+
+
+def test_a_tar_member_name_that_is_not_utf8_costs_its_sample_not_the_shard(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tf:
+        for name, data in (("caf\xe9.txt", b"hello"), ("ok.txt", b"fine")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    (tmp_path / "latin1.tar").write_bytes(buf.getvalue())
+    c, results = run([tmp_path / "latin1.tar"], tmp_path, "wds")
+    assert [r.error for r in results] == [""]
+    assert (c["in"], c["kept"], c.get("quarantined_invalid_utf8")) == (2, 1, 1)
+    assert rows(tmp_path / "out", "quarantine", "field, reason") == [("image_id", "invalid_utf8")]
+
+
+def test_files_that_cannot_be_read_as_records_fail_with_one_line(tmp_path):
+    (tmp_path / "u16.jsonl").write_bytes('{"image_id": "a", "text": "one"}\n'.encode("utf-16"))
+    (tmp_path / "twice.csv").write_bytes(b"image_id,text,text\na,b,c\n")
+    _, results = run([tmp_path / "u16.jsonl", tmp_path / "twice.csv"], tmp_path, "jsonl")
+    errors = {r.shard.id: r.error for r in results}
+    assert "UTF-16/32" in errors["u16"] and "column 'text' appears twice" in errors["twice"]
+
+
+def test_key_parts_joined_within_a_shard_cannot_collide(tmp_path):
+    """id "a\\x1fb" + index "c" and id "a" + index "b\\x1fc" were one key: a distinct row was
+    quarantined as a duplicate."""
+    (tmp_path / "sep.jsonl").write_bytes(
+        b'{"image_id": "a\\u001fb", "cid": "c", "text": "one"}\n{"image_id": "a", "cid": "b\\u001fc", "text": "two"}\n'
+    )
+    c, _ = run([tmp_path / "sep.jsonl"], tmp_path, "jsonl", index_column="cid")
+    assert (c["kept"], c["quarantined"]) == (2, 0)
+
+
+def test_a_wordnet_line_over_max_record_bytes_is_one_malformed_row(tmp_path):
+    from platonic.core.data.readers.wordnet import iter_data_lines
+
+    line = b"00001740 03 n 01 entity 0 000 | that which is perceived\n"
+    (tmp_path / "data.noun").write_bytes(line + b"00001741 03 n 01 x 0 000 | " + b"y" * (8 << 20) + b"\n" + line)
+    list(iter_data_lines(str(tmp_path / "data.noun")))  # imports and caches: not counted below
+    got = []
+    peak = _peak_python_bytes(lambda: got.extend(iter_data_lines(str(tmp_path / "data.noun"), 64 << 10)))
+    assert [type(p).__name__ for _, _, p in got] == ["Synset", "MalformedLine", "Synset"]
+    assert "max_record_bytes" in str(got[1][2]) and peak < 6 << 20, peak  # the line whole: 8 MB + its str
+
+
+def _gzip_bomb(path: Path, header: bytes, zeros: int) -> None:
+    import zlib
+
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip container
+    parts = [co.compress(header)]
+    block = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        parts.append(co.compress(block))
+    path.write_bytes(b"".join(parts) + co.flush())
+
+
+def test_a_gzip_bombed_idx_file_is_refused_in_bounded_memory(tmp_path):
+    """Item 7: a 1 MB gzip-bombed Fashion-MNIST file took 2.5 GB. The header is checked before
+    data is read, and no more than the bytes it declares (+1) are decompressed."""
+    from platonic.core.match.data import MatchDataError, read_idx
+
+    header = bytes([0, 0, 8, 3]) + b"".join(d.to_bytes(4, "big") for d in (40, 28, 28))
+    _gzip_bomb(tmp_path / "bomb.gz", header, 64 << 20)  # 31 KB declared, 64 MB held
+    assert (tmp_path / "bomb.gz").stat().st_size < 1 << 20
+    err = []
+    peak = _peak_python_bytes(lambda: err.append(pytest.raises(MatchDataError, read_idx, tmp_path / "bomb.gz")))
+    assert "holds more than" in str(err[0].value) and peak < 4 << 20, peak
+    # a header that declares terabytes is refused before anything is read
+    huge = bytes([0, 0, 8, 3]) + b"".join(d.to_bytes(4, "big") for d in (2**32 - 1, 2**32 - 1, 2**32 - 1))
+    (tmp_path / "huge").write_bytes(huge)
+    with pytest.raises(MatchDataError, match="PLATONIC_IDX_MAX_BYTES"):
+        read_idx(tmp_path / "huge")
+    (tmp_path / "cut.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(MatchDataError, match="cut.gz"):
+        read_idx(tmp_path / "cut.gz")

@@ -91,7 +91,11 @@ class IngestConfig(Section):
     index_column: str | None = None  # a per-row text index, for several rows per image (caption ids)
     max_text_chars: int = Field(1000, ge=8)
     batch_rows: int = Field(16384, ge=1)  # input rows per batch: bounds memory per shard
-    workers: int = Field(1, ge=1)  # shards ingested in parallel (processes; memory scales with it)
+    workers: int = Field(1, ge=1, le=256)  # shards ingested in parallel (processes; memory scales with it)
+    # the longest record read (a JSONL/WordNet line, an item of a JSON array): memory per record
+    # is a few times this; a longer line is quarantined over_long_text unread, a longer JSON
+    # value fails its shard with one line (issue 33: one 200 MB line took 2.56 GB)
+    max_record_bytes: int = Field(16 << 20, ge=1024, le=1 << 30)
 
     @model_validator(mode="after")
     def _check_source(self) -> IngestConfig:
