@@ -14,6 +14,7 @@ import textwrap
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -604,3 +605,48 @@ def test_a_gzip_bombed_idx_file_is_refused_in_bounded_memory(tmp_path):
     (tmp_path / "cut.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(MatchDataError, match="cut.gz"):
         read_idx(tmp_path / "cut.gz")
+
+
+# ---- issue 33's metric class: no silent non-number or tie-breaking score, no traceback ---------
+
+
+def test_features_with_no_defined_alignment_are_one_line_errors_not_scores():
+    """Constant features (or all rows one point) scored mutual_knn 0.21, cycle_knn 0.90 and CKA
+    0.0 with exit 0; (N, 0) features ended in an IndexError; float64 values past float32's
+    range were reported as "NaN or inf"."""
+    from platonic.core.metrics import METRICS, alignment
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((50, 8)).astype(np.float32)
+    flat = {
+        "constant": np.ones((50, 8), np.float32),
+        "zeros": np.zeros((50, 8), np.float32),
+        "one row repeated": np.repeat(rng.standard_normal((1, 8)), 50, 0),
+    }
+    for metric in METRICS:
+        for name, b in flat.items():
+            with pytest.raises(ValueError, match="every sample is the same point") as e:
+                alignment(a, b, metric=metric, n_boot=0)
+            assert "\n" not in str(e.value), (metric, name)
+    for shape, word in (((50, 0), "no features"), ((0, 8), "no samples")):
+        with pytest.raises(ValueError, match=word):
+            alignment(np.zeros(shape), np.zeros(shape), n_boot=0)
+    with pytest.raises(ValueError, match="past float32's range"):
+        alignment(a, np.full((50, 8), 1e200), n_boot=0)
+    # one flat layer among several is left out of the best, its cells NaN
+    s = alignment(np.stack([a, np.ones_like(a)]), a, n_boot=0)
+    assert (s.layer_a, s.layer_b) == (0, 0) and s.score > 0.9 and np.isnan(s.per_layer[1][0])
+
+
+def test_align_cli_refuses_constant_features_with_one_line(tmp_path):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "a.npy", rng.standard_normal((50, 8)).astype(np.float32))
+    np.save(tmp_path / "flat.npy", np.ones((50, 8), np.float32))
+    proc = subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "align", str(tmp_path / "a.npy"), str(tmp_path / "flat.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
+    assert proc.stderr.strip().count("\n") == 0 and "every sample is the same point" in proc.stderr
