@@ -650,3 +650,58 @@ def test_align_cli_refuses_constant_features_with_one_line(tmp_path):
     )
     assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
     assert proc.stderr.strip().count("\n") == 0 and "every sample is the same point" in proc.stderr
+
+
+# ---- issue 33's config class: no value without an upper bound where it sizes memory or time -----
+
+# int fields that need no upper bound: "at most N of the data" (a larger N is all of it), an
+# index into a model's layers, a Parquet row group's size (larger is one group)
+_UNBOUNDED_BY_DESIGN = {
+    ("ViewsConfig", "row_group_rows"),
+    ("EmbedConfig", "layer"),
+    ("EvalSetConfig", "limit"),
+    ("CaptionEncoderConfig", "layer"),
+    ("CaptionDataConfig", "eval_limit"),
+    ("DecoderConfig", "max_texts"),
+    ("CaptionEvalConfig", "examples"),
+    ("MatchDataConfig", "per_class"),
+    ("MatchModelConfig", "layer"),
+}
+
+
+def test_every_int_a_recipe_sets_has_an_upper_bound():
+    """`world.n_train=100000000000000000000` passed validation (the issue: 80 s, then a
+    traceback); every int that sizes memory or time now has `le=`."""
+    import inspect
+    import typing
+
+    import annotated_types as at
+    from pydantic import BaseModel
+
+    import platonic.core.config as config
+
+    models = {
+        obj
+        for mod in [m for n, m in sys.modules.items() if n.startswith(config.__name__)]
+        for obj in vars(mod).values()
+        if inspect.isclass(obj) and issubclass(obj, BaseModel) and obj.__module__.startswith(config.__name__)
+    }
+    unbounded = []
+    for model in models:
+        for name, f in model.model_fields.items():
+            args = typing.get_args(f.annotation)
+            is_int = f.annotation is int or (int in args and type(None) in args)
+            if is_int and not any(isinstance(m, (at.Le, at.Lt)) for m in f.metadata):
+                unbounded.append((model.__name__, name))
+    assert len(models) > 20
+    assert sorted(set(unbounded) - _UNBOUNDED_BY_DESIGN) == []
+
+
+def test_a_world_whose_renders_cannot_fit_is_refused_at_validation():
+    from platonic.core.config import WorldConfig
+
+    with pytest.raises(ValueError, match="n_train"):
+        WorldConfig(n_train=10**20)
+    with pytest.raises(ValueError, match="the renders would take"):
+        WorldConfig(n_train=5_000_000, image_size=256)
+    WorldConfig(n_train=1_000_000)  # 6 GB of renders: allowed
