@@ -705,3 +705,59 @@ def test_a_world_whose_renders_cannot_fit_is_refused_at_validation():
     with pytest.raises(ValueError, match="the renders would take"):
         WorldConfig(n_train=5_000_000, image_size=256)
     WorldConfig(n_train=1_000_000)  # 6 GB of renders: allowed
+
+
+# ---- issue 33's report class: bidi overrides and zero-width characters are shown, not printed ----
+
+TROJAN = "a red cube\u202e llab eulb a\u202c\u200b left\u00adof"  # RLO ... PDF, ZWSP, soft hyphen
+
+
+def test_display_text_shows_every_invisible_or_reordering_character():
+    from platonic.core.matchnorm import DEFAULT_IGNORABLE_RANGES
+    from platonic.core.report import display_text
+
+    assert display_text(TROJAN) == "a red cube\\u202e llab eulb a\\u202c\\u200b left\\u00adof"
+    for lo, hi in DEFAULT_IGNORABLE_RANGES:
+        for cp in (lo, hi):
+            assert chr(cp) not in display_text(f"x{chr(cp)}y"), hex(cp)
+    assert display_text("line\u2028two\nthree\x1b[31m") == "line\\u2028two\\u000athree\\u001b[31m"
+    plain = "a rеd cubе, café, 日本語, émoji 🙂, tab-free"  # visible non-ASCII is left alone
+    assert display_text(plain) == plain
+
+
+def test_audit_and_caption_reports_do_not_print_bidi_or_zero_width_characters(tmp_path):
+    from platonic.core.dedup import summary_markdown
+    from platonic.core.report import caption_examples
+
+    summary = {"corpus_texts": 1, "levels": ["exact"], "eval_sets": {}}
+    matches = pa.Table.from_pylist(
+        [
+            {
+                "level": "exact",
+                "eval_text": TROJAN,
+                "eval_set": "wit",
+                "eval_text_id": "e\u202e1",
+                "text": TROJAN,
+                "source_kind": "alt",
+                "text_id": "t:alt:0",
+                "source_uri": "shard\u2067.jsonl",
+                "source_row": 0,
+                "score": 1.0,
+            }
+        ]
+    )
+    md = summary_markdown(summary, matches)
+    caption_examples(
+        [
+            {
+                "image": np.zeros((4, 4, 3), np.uint8),
+                "image_id": "i\u200b1",
+                "references": [TROJAN],
+                "captions": {"recap": TROJAN},
+            }
+        ],
+        tmp_path,
+    )
+    for text in (md, (tmp_path / "examples.md").read_text(), (tmp_path / "examples.html").read_text()):
+        hidden = [hex(ord(c)) for c in text if c in "\u202e\u202c\u200b\u00ad\u2067"]
+        assert hidden == [] and "\\u202e" in text
