@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from .data.catalog import duckdb_literal, sql
 from .matchnorm import STEP_NAMES, match_step, normalize_text
 from .progress import bar
+from .report import display_text
 
 if TYPE_CHECKING:
     from .config import DedupConfig, EmbedMatchConfig, MatchConfig, NearConfig
@@ -437,9 +438,11 @@ def summary_markdown(summary: dict, matches: pa.Table, examples: int = 3) -> str
         ex = [r for r in rows if r["level"] == lv][:examples]
         if ex:
             lines += ["", f"Examples ({lv}):"]
+            d = display_text  # texts from data: invisible and bidi characters shown as escapes
             lines += [
-                f"- `{r['eval_text']}` ({r['eval_set']} {r['eval_text_id']})  \n  ↔ `{r['text']}` "
-                f"({r['source_kind']} {r['text_id']}, {r['source_uri']}#{r['source_row']}, score {r['score']:.3f})"
+                f"- `{d(r['eval_text'])}` ({d(r['eval_set'])} {d(r['eval_text_id'])})  \n  ↔ `{d(r['text'])}` "
+                f"({r['source_kind']} {d(r['text_id'])}, {d(r['source_uri'])}#{r['source_row']}, "
+                f"score {r['score']:.3f})"
                 for r in ex
             ]
     return "\n".join(lines) + "\n"

@@ -236,9 +236,9 @@ class AlignmentScore:
 def as_layers(x) -> list[torch.Tensor]:
     """(N, D), (L, N, D) or a list of (N, D_l) -> list of float (N, D_l) tensors, checked."""
     if isinstance(x, (list, tuple)):
-        layers = [torch.as_tensor(np.asarray(t), dtype=torch.float32) for t in x]
+        layers = [torch.as_tensor(_float32(np.asarray(t), i), dtype=torch.float32) for i, t in enumerate(x)]
     else:
-        t = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        t = torch.as_tensor(_float32(np.asarray(x)), dtype=torch.float32)
         if t.ndim == 2:
             t = t.unsqueeze(0)
         if t.ndim != 3:
@@ -249,11 +249,38 @@ def as_layers(x) -> list[torch.Tensor]:
     for i, t in enumerate(layers):
         if t.ndim != 2:
             raise ValueError(f"layer {i}: expected (N, D), got shape {tuple(t.shape)}")
+        if 0 in t.shape:  # (N, 0) ended in an IndexError deep in the clamp
+            raise ValueError(
+                f"layer {i}: shape {tuple(t.shape)} holds no {'samples' if t.size(0) == 0 else 'features'}"
+            )
         if t.size(0) != layers[0].size(0):
             raise ValueError(f"layer {i} has {t.size(0)} samples, layer 0 has {layers[0].size(0)}")
         if not torch.isfinite(t).all():
             raise ValueError(f"layer {i}: features contain NaN or inf")
     return layers
+
+
+def _float32(a: np.ndarray, layer: int | None = None) -> np.ndarray:
+    """The features as float32, refusing values float32 cannot hold (they became inf, and the
+    error said the file held NaN or inf when it did not)."""
+    if a.dtype.kind == "f" and a.dtype.itemsize > 4 and a.size:
+        big = float(np.nanmax(np.abs(a))) if not np.isnan(a).all() else 0.0
+        if np.isfinite(big) and big > float(np.finfo(np.float32).max):
+            where = f"layer {layer}: " if layer is not None else ""
+            raise ValueError(f"{where}features reach |x| = {big:.3g}, past float32's range (3.4e38): rescale them")
+    return a
+
+
+# rows of an L2-normalised layer closer than this to its first row are the same point: a layer
+# whose rows all are (constant features, or rows that are multiples of one vector) has no
+# neighbourhoods and no variance, and every metric of it is an artefact of tie-breaking
+# (mutual_knn 0.21, cycle_knn 0.90, CKA 0 at N = 50 with exit 0 before)
+DEGENERATE_ATOL = 1e-6
+
+
+def degenerate_layers(layers: list[torch.Tensor]) -> list[int]:
+    """The layers (normalised rows) in which every sample is the same point."""
+    return [i for i, t in enumerate(layers) if (t - t[:1]).abs().max() <= DEGENERATE_ATOL]
 
 
 CLAMPS = ("mean", "exact", "none")
@@ -350,11 +377,23 @@ def alignment(
     a, b = clamp_layers(a, clamp_q, clamp), clamp_layers(b, clamp_q, clamp)
     la = range(len(a)) if layers == "best" else [len(a) - 1]
     lb = range(len(b)) if layers == "best" else [len(b) - 1]
+    # a layer whose samples are all one point scores nothing: it is left out of the best (its
+    # cells stay NaN), and if no pair is left the score is refused, not made up by ties
+    flat_a, flat_b = set(degenerate_layers(a)), set(degenerate_layers(b))
+    la, lb = [i for i in la if i not in flat_a], [j for j in lb if j not in flat_b]
+    if not la or not lb:
+        side, flat = ("A", sorted(flat_a)) if not la else ("B", sorted(flat_b))
+        raise ValueError(
+            f"features {side}: every sample is the same point in layer(s) {flat} (constant features, or "
+            "rows that are multiples of one vector): alignment is undefined there"
+        )
     grid = [[float("nan")] * len(b) for _ in range(len(a))]
     best, best_ij, best_ps = -float("inf"), (0, 0), None
     for i in la:
         for j in lb:
             s, ps = score_pair(a[i], b[j], metric, k, backend)
+            if not np.isfinite(s):  # never a silent NaN score
+                raise ValueError(f"{metric} of layers ({i}, {j}) is {s}: the features give no defined score")
             grid[i][j] = s
             if s > best:
                 best, best_ij, best_ps = s, (i, j), ps

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from .matchnorm import DEFAULT_IGNORABLE_RANGES
+
+# Characters a report must not print as they are: Default_Ignorable_Code_Point (zero-width
+# space / joiners, soft hyphen, bidi embeddings, overrides and isolates, BOM, variation
+# selectors, tags: invisible, or reordering what follows, as in a Trojan Source attack),
+# the other bidi marks (ALM, LRM, RLM are in the set), controls, and line / paragraph
+# separators (they break a table row). Shown as \uXXXX escapes instead.
+_HIDDEN = re.compile(
+    "["
+    + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in DEFAULT_IGNORABLE_RANGES)
+    + "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]"
+)
+
+
+def display_text(text: object) -> str:
+    """Text from data as a report shows it: every invisible or direction-changing character
+    written as a visible escape (`\\u202e`), so that what a reader sees is what is stored and
+    a right-to-left override cannot reorder a report. Other text is returned as it is."""
+    s = str(text)
+    return _HIDDEN.sub(lambda m: f"\\u{ord(m[0]):04x}" if ord(m[0]) <= 0xFFFF else f"\\U{ord(m[0]):08x}", s)
+
 
 ORACLES = {
     "learned": "an MLP fitted on training scenes to predict the image features from the whole scene: the ceiling",
@@ -535,17 +558,19 @@ def caption_examples(examples: list[dict], out: Path) -> list[str]:
         buf = io.BytesIO()
         im.save(buf, format="PNG")
         b64 = base64.b64encode(buf.getvalue()).decode()
-        md += [f"## {ex['image_id']}", "", f"![{ex['image_id']}]({name})", "", "References:", ""]
-        md += [f"- {r}" for r in ex["references"]]
+        image_id = display_text(ex["image_id"])  # texts from data: invisible characters shown, not printed
+        md += [f"## {image_id}", "", f"![{image_id}]({name})", "", "References:", ""]
+        md += [f"- {display_text(r)}" for r in ex["references"]]
         md += ["", "| conditioning → decoder | caption |", "|---|---|"]
-        md += [f"| {label} | {cap} |" for label, cap in ex["captions"].items()]
+        md += [f"| {display_text(label)} | {display_text(cap)} |" for label, cap in ex["captions"].items()]
         md.append("")
-        refs = "".join(f"<li>{html.escape(r)}</li>" for r in ex["references"])
+        refs = "".join(f"<li>{html.escape(display_text(r))}</li>" for r in ex["references"])
         caps = "".join(
-            f"<tr><td><b>{html.escape(lab)}</b></td><td>{html.escape(c)}</td></tr>" for lab, c in ex["captions"].items()
+            f"<tr><td><b>{html.escape(display_text(lab))}</b></td><td>{html.escape(display_text(c))}</td></tr>"
+            for lab, c in ex["captions"].items()
         )
         page.append(
-            f"<tr><td><img src='data:image/png;base64,{b64}'><br><small>{html.escape(ex['image_id'])}</small></td>"
+            f"<tr><td><img src='data:image/png;base64,{b64}'><br><small>{html.escape(image_id)}</small></td>"
             f"<td><i>references</i><ul>{refs}</ul><table>{caps}</table></td></tr>"
         )
     page.append("</table>")

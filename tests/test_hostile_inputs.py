@@ -14,6 +14,7 @@ import textwrap
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -412,3 +413,351 @@ def test_world_catalog_in_a_folder_with_glob_characters(tmp_path):
     ingest_world(world, IngestConfig(), tmp_path / "ingest[1]")
     kinds = {s["source_kind"] for s in ingest_stats(tmp_path / "ingest[1]")}
     assert "decoy" not in kinds and "alt" in kinds
+
+
+# ---- issue 33, item 7 and its classes: bounded records, Unicode edge cases, uncounted drops ----
+
+
+def _peak_python_bytes(fn) -> int:
+    """The peak of Python allocations while `fn` runs (a line or a file read whole shows here)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _reader_peak(path: Path, fmt: str, **cfg) -> int:
+    """Peak Python allocations of reading every batch of one shard (ingest's imports excluded)."""
+    from platonic.core.data.readers import reader_for
+
+    ic = IngestConfig(source=fmt, paths=[str(path)], **cfg)
+    reader, (shard,) = reader_for(ic), resolve_sources(ic.paths, fmt)
+
+    def read() -> None:
+        try:
+            for _ in reader.batches(shard):
+                pass
+        except Exception:  # a refused shard: its memory up to the refusal is what counts
+            pass
+
+    return _peak_python_bytes(read)
+
+
+def test_a_jsonl_line_over_max_record_bytes_is_quarantined_without_being_read(tmp_path):
+    """Item 7: one 200 MB JSONL line took 2.56 GB; the same with a 64 KiB cap and a 8 MB line."""
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b'{"image_id": "a", "text": "' + b"x" * (8 << 20) + b'"}\n{"image_id": "b", "text": "two"}\n')
+    c, _ = run([big], tmp_path, "jsonl", max_record_bytes=64 << 10)
+    assert (c["in"], c["kept"], c.get("quarantined_over_long_text")) == (2, 1, 1)
+    q = rows(tmp_path / "out", "quarantine", "source_row, field, reason, length(raw)")
+    assert q[0][:3] == (0, "text", "over_long_text") and q[0][3] <= 4 * 1000  # a bounded prefix as raw
+    peak = _reader_peak(big, "jsonl", max_record_bytes=64 << 10)
+    assert peak < 6 << 20, peak  # the line read whole is 8 MB as bytes, then as str, then parsed
+    # a JSON array's item past the cap fails its shard with one line, never read whole
+    arr = tmp_path / "arr" / "big.json"
+    arr.parent.mkdir()
+    arr.write_bytes(b'[{"image_id": "a", "text": "' + b"x" * (8 << 20) + b'"}]')
+    _, (res,) = run([arr], tmp_path / "arr", "jsonl", max_record_bytes=64 << 10)
+    assert res.status == "failed" and "max_record_bytes" in res.error and "\n" not in res.error
+    assert _reader_peak(arr, "jsonl", max_record_bytes=64 << 10) < 6 << 20
+
+
+def test_max_record_bytes_has_bounds():
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        IngestConfig(max_record_bytes=1 << 40)
+    with pytest.raises(ValueError, match="workers"):
+        IngestConfig(workers=10**6)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    "name, fmt, data, kept, reasons",
+    [
+        # a UTF-8 byte-order mark cost the first row, a CSV's id column, a whole JSON array or shard
+        ("bom.jsonl", "jsonl", BOM + b'{"image_id": "a", "text": "one"}\n{"image_id": "b", "text": "two"}\n', 2, {}),
+        ("bom.json", "jsonl", BOM + b'[{"image_id": "a", "text": "one"}, {"image_id": "b", "text": "two"}]', 2, {}),
+        ("bom.csv", "jsonl", BOM + b"image_id,text\na,one\nb,two\n", 2, {}),
+        (
+            "captions_bom.json",
+            "coco",
+            BOM + b'{"images": [{"id": 1}], "annotations": [{"image_id": 1, "id": 1, "caption": "hi"}]}',
+            1,
+            {},
+        ),
+        # a lone surrogate escape ("\ud800") in a text or an id failed the whole shard to encode
+        (
+            "sur.jsonl",
+            "jsonl",
+            b'{"image_id": "a", "text": "x\\ud800y"}\n{"image_id": "b", "text": "two"}\n',
+            1,
+            {"invalid_utf8": 1},
+        ),
+        (
+            "surid.jsonl",
+            "jsonl",
+            b'{"image_id": "a\\ud800", "text": "x"}\n{"image_id": "b", "text": "two"}\n',
+            1,
+            {"invalid_utf8": 1},
+        ),
+        (
+            "captions_sur.json",
+            "coco",
+            b'{"images": [{"id": 1}], "annotations": [{"image_id": 1, "id": 1, "caption": "h\\ud800i"}, '
+            b'{"image_id": 1, "id": 2, "caption": "ok"}, {"image_id": "1\\udfff", "id": 3, "caption": "ok"}]}',
+            1,
+            {"invalid_utf8": 2},
+        ),
+        # a record giving a read column twice kept the last value and dropped the first, uncounted
+        (
+            "twice.jsonl",
+            "jsonl",
+            b'{"image_id": "a", "text": "one", "text": "two"}\n{"image_id": "b", "text": "x"}\n',
+            1,
+            {"schema_mismatch": 1},
+        ),
+        ("nested.jsonl", "jsonl", b'{"image_id": "a", "text": "one", "meta": {"text": "two"}}\n', 1, {}),
+    ],
+)
+def test_unicode_edge_cases_and_repeated_columns_lose_no_row(tmp_path, name, fmt, data, kept, reasons):
+    (tmp_path / name).write_bytes(data)
+    c, results = run([tmp_path / name], tmp_path, fmt)
+    assert [r.error for r in results] == [""]
+    assert c["kept"] == kept and {k[12:]: v for k, v in c.items() if k.startswith("quarantined_")} == reasons
+
+
+def test_a_tar_member_name_that_is_not_utf8_costs_its_sample_not_the_shard(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tf:
+        for name, data in (("caf\xe9.txt", b"hello"), ("ok.txt", b"fine")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    (tmp_path / "latin1.tar").write_bytes(buf.getvalue())
+    c, results = run([tmp_path / "latin1.tar"], tmp_path, "wds")
+    assert [r.error for r in results] == [""]
+    assert (c["in"], c["kept"], c.get("quarantined_invalid_utf8")) == (2, 1, 1)
+    assert rows(tmp_path / "out", "quarantine", "field, reason") == [("image_id", "invalid_utf8")]
+
+
+def test_files_that_cannot_be_read_as_records_fail_with_one_line(tmp_path):
+    (tmp_path / "u16.jsonl").write_bytes('{"image_id": "a", "text": "one"}\n'.encode("utf-16"))
+    (tmp_path / "twice.csv").write_bytes(b"image_id,text,text\na,b,c\n")
+    _, results = run([tmp_path / "u16.jsonl", tmp_path / "twice.csv"], tmp_path, "jsonl")
+    errors = {r.shard.id: r.error for r in results}
+    assert "UTF-16/32" in errors["u16"] and "column 'text' appears twice" in errors["twice"]
+
+
+def test_key_parts_joined_within_a_shard_cannot_collide(tmp_path):
+    """id "a\\x1fb" + index "c" and id "a" + index "b\\x1fc" were one key: a distinct row was
+    quarantined as a duplicate."""
+    (tmp_path / "sep.jsonl").write_bytes(
+        b'{"image_id": "a\\u001fb", "cid": "c", "text": "one"}\n{"image_id": "a", "cid": "b\\u001fc", "text": "two"}\n'
+    )
+    c, _ = run([tmp_path / "sep.jsonl"], tmp_path, "jsonl", index_column="cid")
+    assert (c["kept"], c["quarantined"]) == (2, 0)
+
+
+def test_a_wordnet_line_over_max_record_bytes_is_one_malformed_row(tmp_path):
+    from platonic.core.data.readers.wordnet import iter_data_lines
+
+    line = b"00001740 03 n 01 entity 0 000 | that which is perceived\n"
+    (tmp_path / "data.noun").write_bytes(line + b"00001741 03 n 01 x 0 000 | " + b"y" * (8 << 20) + b"\n" + line)
+    list(iter_data_lines(str(tmp_path / "data.noun")))  # imports and caches: not counted below
+    got = []
+    peak = _peak_python_bytes(lambda: got.extend(iter_data_lines(str(tmp_path / "data.noun"), 64 << 10)))
+    assert [type(p).__name__ for _, _, p in got] == ["Synset", "MalformedLine", "Synset"]
+    assert "max_record_bytes" in str(got[1][2]) and peak < 6 << 20, peak  # the line whole: 8 MB + its str
+
+
+def _gzip_bomb(path: Path, header: bytes, zeros: int) -> None:
+    import zlib
+
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip container
+    parts = [co.compress(header)]
+    block = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        parts.append(co.compress(block))
+    path.write_bytes(b"".join(parts) + co.flush())
+
+
+def test_a_gzip_bombed_idx_file_is_refused_in_bounded_memory(tmp_path):
+    """Item 7: a 1 MB gzip-bombed Fashion-MNIST file took 2.5 GB. The header is checked before
+    data is read, and no more than the bytes it declares (+1) are decompressed."""
+    from platonic.core.match.data import MatchDataError, read_idx
+
+    header = bytes([0, 0, 8, 3]) + b"".join(d.to_bytes(4, "big") for d in (40, 28, 28))
+    _gzip_bomb(tmp_path / "bomb.gz", header, 64 << 20)  # 31 KB declared, 64 MB held
+    assert (tmp_path / "bomb.gz").stat().st_size < 1 << 20
+    err = []
+    peak = _peak_python_bytes(lambda: err.append(pytest.raises(MatchDataError, read_idx, tmp_path / "bomb.gz")))
+    assert "holds more than" in str(err[0].value) and peak < 4 << 20, peak
+    # a header that declares terabytes is refused before anything is read
+    huge = bytes([0, 0, 8, 3]) + b"".join(d.to_bytes(4, "big") for d in (2**32 - 1, 2**32 - 1, 2**32 - 1))
+    (tmp_path / "huge").write_bytes(huge)
+    with pytest.raises(MatchDataError, match="PLATONIC_IDX_MAX_BYTES"):
+        read_idx(tmp_path / "huge")
+    (tmp_path / "cut.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(MatchDataError, match="cut.gz"):
+        read_idx(tmp_path / "cut.gz")
+
+
+# ---- issue 33's metric class: no silent non-number or tie-breaking score, no traceback ---------
+
+
+def test_features_with_no_defined_alignment_are_one_line_errors_not_scores():
+    """Constant features (or all rows one point) scored mutual_knn 0.21, cycle_knn 0.90 and CKA
+    0.0 with exit 0; (N, 0) features ended in an IndexError; float64 values past float32's
+    range were reported as "NaN or inf"."""
+    from platonic.core.metrics import METRICS, alignment
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((50, 8)).astype(np.float32)
+    flat = {
+        "constant": np.ones((50, 8), np.float32),
+        "zeros": np.zeros((50, 8), np.float32),
+        "one row repeated": np.repeat(rng.standard_normal((1, 8)), 50, 0),
+    }
+    for metric in METRICS:
+        for name, b in flat.items():
+            with pytest.raises(ValueError, match="every sample is the same point") as e:
+                alignment(a, b, metric=metric, n_boot=0)
+            assert "\n" not in str(e.value), (metric, name)
+    for shape, word in (((50, 0), "no features"), ((0, 8), "no samples")):
+        with pytest.raises(ValueError, match=word):
+            alignment(np.zeros(shape), np.zeros(shape), n_boot=0)
+    with pytest.raises(ValueError, match="past float32's range"):
+        alignment(a, np.full((50, 8), 1e200), n_boot=0)
+    # one flat layer among several is left out of the best, its cells NaN
+    s = alignment(np.stack([a, np.ones_like(a)]), a, n_boot=0)
+    assert (s.layer_a, s.layer_b) == (0, 0) and s.score > 0.9 and np.isnan(s.per_layer[1][0])
+
+
+def test_align_cli_refuses_constant_features_with_one_line(tmp_path):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "a.npy", rng.standard_normal((50, 8)).astype(np.float32))
+    np.save(tmp_path / "flat.npy", np.ones((50, 8), np.float32))
+    proc = subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "align", str(tmp_path / "a.npy"), str(tmp_path / "flat.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
+    assert proc.stderr.strip().count("\n") == 0 and "every sample is the same point" in proc.stderr
+
+
+# ---- issue 33's config class: no value without an upper bound where it sizes memory or time -----
+
+# int fields that need no upper bound: "at most N of the data" (a larger N is all of it), an
+# index into a model's layers, a Parquet row group's size (larger is one group)
+_UNBOUNDED_BY_DESIGN = {
+    ("ViewsConfig", "row_group_rows"),
+    ("EmbedConfig", "layer"),
+    ("EvalSetConfig", "limit"),
+    ("CaptionEncoderConfig", "layer"),
+    ("CaptionDataConfig", "eval_limit"),
+    ("DecoderConfig", "max_texts"),
+    ("CaptionEvalConfig", "examples"),
+    ("MatchDataConfig", "per_class"),
+    ("MatchModelConfig", "layer"),
+}
+
+
+def test_every_int_a_recipe_sets_has_an_upper_bound():
+    """`world.n_train=100000000000000000000` passed validation (the issue: 80 s, then a
+    traceback); every int that sizes memory or time now has `le=`."""
+    import inspect
+    import typing
+
+    import annotated_types as at
+    from pydantic import BaseModel
+
+    import platonic.core.config as config
+
+    models = {
+        obj
+        for mod in [m for n, m in sys.modules.items() if n.startswith(config.__name__)]
+        for obj in vars(mod).values()
+        if inspect.isclass(obj) and issubclass(obj, BaseModel) and obj.__module__.startswith(config.__name__)
+    }
+    unbounded = []
+    for model in models:
+        for name, f in model.model_fields.items():
+            args = typing.get_args(f.annotation)
+            is_int = f.annotation is int or (int in args and type(None) in args)
+            if is_int and not any(isinstance(m, (at.Le, at.Lt)) for m in f.metadata):
+                unbounded.append((model.__name__, name))
+    assert len(models) > 20
+    assert sorted(set(unbounded) - _UNBOUNDED_BY_DESIGN) == []
+
+
+def test_a_world_whose_renders_cannot_fit_is_refused_at_validation():
+    from platonic.core.config import WorldConfig
+
+    with pytest.raises(ValueError, match="n_train"):
+        WorldConfig(n_train=10**20)
+    with pytest.raises(ValueError, match="the renders would take"):
+        WorldConfig(n_train=5_000_000, image_size=256)
+    WorldConfig(n_train=1_000_000)  # 6 GB of renders: allowed
+
+
+# ---- issue 33's report class: bidi overrides and zero-width characters are shown, not printed ----
+
+TROJAN = "a red cube\u202e llab eulb a\u202c\u200b left\u00adof"  # RLO ... PDF, ZWSP, soft hyphen
+
+
+def test_display_text_shows_every_invisible_or_reordering_character():
+    from platonic.core.matchnorm import DEFAULT_IGNORABLE_RANGES
+    from platonic.core.report import display_text
+
+    assert display_text(TROJAN) == "a red cube\\u202e llab eulb a\\u202c\\u200b left\\u00adof"
+    for lo, hi in DEFAULT_IGNORABLE_RANGES:
+        for cp in (lo, hi):
+            assert chr(cp) not in display_text(f"x{chr(cp)}y"), hex(cp)
+    assert display_text("line\u2028two\nthree\x1b[31m") == "line\\u2028two\\u000athree\\u001b[31m"
+    plain = "a rеd cubе, café, 日本語, émoji 🙂, tab-free"  # visible non-ASCII is left alone
+    assert display_text(plain) == plain
+
+
+def test_audit_and_caption_reports_do_not_print_bidi_or_zero_width_characters(tmp_path):
+    from platonic.core.dedup import summary_markdown
+    from platonic.core.report import caption_examples
+
+    summary = {"corpus_texts": 1, "levels": ["exact"], "eval_sets": {}}
+    matches = pa.Table.from_pylist(
+        [
+            {
+                "level": "exact",
+                "eval_text": TROJAN,
+                "eval_set": "wit",
+                "eval_text_id": "e\u202e1",
+                "text": TROJAN,
+                "source_kind": "alt",
+                "text_id": "t:alt:0",
+                "source_uri": "shard\u2067.jsonl",
+                "source_row": 0,
+                "score": 1.0,
+            }
+        ]
+    )
+    md = summary_markdown(summary, matches)
+    caption_examples(
+        [
+            {
+                "image": np.zeros((4, 4, 3), np.uint8),
+                "image_id": "i\u200b1",
+                "references": [TROJAN],
+                "captions": {"recap": TROJAN},
+            }
+        ],
+        tmp_path,
+    )
+    for text in (md, (tmp_path / "examples.md").read_text(), (tmp_path / "examples.html").read_text()):
+        hidden = [hex(ord(c)) for c in text if c in "\u202e\u202c\u200b\u00ad\u2067"]
+        assert hidden == [] and "\\u202e" in text

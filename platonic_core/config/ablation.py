@@ -57,7 +57,7 @@ class EfficiencyConfig(Section):
 
     model: str = "good"
     reference: str = "ntp"
-    snapshots: int = Field(8, ge=2)
+    snapshots: int = Field(8, ge=2, le=1000)
 
 
 class ScalingConfig(Section):

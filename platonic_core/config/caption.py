@@ -38,7 +38,7 @@ class CaptionDataConfig(Section):
     """
 
     source: Literal["world", "karpathy"] = "world"
-    references: int = Field(5, ge=1)
+    references: int = Field(5, ge=1, le=1000)
     decoder_kinds: list[Literal["alt", "recap", "paraphrase"]] = Field(["recap"], min_length=1)
     eval_limit: int | None = Field(None, ge=2)  # the first N eval images (None: all)
     pairs: EvalSetConfig | None = None
@@ -72,15 +72,15 @@ class DecoderConfig(Section):
     id: str | None = None
     revision: str | None = None
     trust_remote_code: bool = False
-    width: int = Field(96, ge=8)
-    layers: int = Field(2, ge=1)
-    heads: int = Field(4, ge=1)
-    vocab_size: int = Field(2000, ge=16)
-    max_len: int = Field(48, ge=8)  # caption tokens (start and end included)
-    prefix_len: int = Field(4, ge=1)
+    width: int = Field(96, ge=8, le=16_384)
+    layers: int = Field(2, ge=1, le=256)
+    heads: int = Field(4, ge=1, le=256)
+    vocab_size: int = Field(2000, ge=16, le=1_000_000)
+    max_len: int = Field(48, ge=8, le=8192)  # caption tokens (start and end included)
+    prefix_len: int = Field(4, ge=1, le=1024)
     noise: float = Field(0.5, ge=0)
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(64, ge=1)
+    steps: int = Field(600, ge=1, le=1_000_000_000)
+    batch_size: int = Field(64, ge=1, le=1_048_576)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     warmup_frac: float = Field(0.05, ge=0, lt=1)
@@ -107,13 +107,13 @@ class PairFreeConfig(Section):
     sign flips kept when they lower the transport cost (no pair is used to choose)."""
 
     init: Literal["axes", "profiles"] = "axes"
-    dim: int = Field(32, ge=2)
-    points: int = Field(600, ge=16)
+    dim: int = Field(32, ge=2, le=65_536)
+    points: int = Field(600, ge=16, le=1_000_000)
     disjoint: bool = True
-    iterations: int = Field(20, ge=1)
+    iterations: int = Field(20, ge=1, le=100_000)
     epsilon: float = Field(0.02, gt=0)  # Sinkhorn's entropic weight, relative to the mean cost
-    sweeps: int = Field(1, ge=0)
-    flip_iterations: int = Field(3, ge=1)
+    sweeps: int = Field(1, ge=0, le=1000)
+    flip_iterations: int = Field(3, ge=1, le=1000)
 
 
 class CaptionMapsConfig(Section):
@@ -145,9 +145,9 @@ class CaptionEvalConfig(Section):
     image)."""
 
     metrics: list[Literal["bleu", "meteor", "rouge", "cider"]] = ["bleu", "meteor", "rouge", "cider"]
-    max_new_tokens: int = Field(40, ge=1)
-    num_beams: int = Field(1, ge=1)
-    batch_size: int = Field(256, ge=1)
+    max_new_tokens: int = Field(40, ge=1, le=8192)
+    num_beams: int = Field(1, ge=1, le=64)
+    batch_size: int = Field(256, ge=1, le=65_536)
     examples: int = Field(8, ge=0)  # eval images shown in the report with their captions
 
 

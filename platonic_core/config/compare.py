@@ -32,7 +32,7 @@ class FeatureModelConfig(Section):
     pooling: Literal["mean", "last"] = "mean"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     trust_remote_code: bool = False
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, le=65_536)
 
 
 class RetrievalConfig(Section):
@@ -51,13 +51,13 @@ class CompareConfig(Section):
     eval_sets: dict[str, EvalSetConfig]
     text_models: dict[str, FeatureModelConfig]
     vision_models: dict[str, FeatureModelConfig]
-    k: int = Field(10, ge=1)
+    k: int = Field(10, ge=1, le=10_000)
     clamp_quantile: float = Field(0.95, gt=0, le=1)
     # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
     # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
     clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
-    bootstrap: int = Field(1000, ge=0)
+    bootstrap: int = Field(1000, ge=0, le=100_000)
     retrieval: list[RetrievalConfig] = []
 
     @model_validator(mode="after")

@@ -63,7 +63,7 @@ class MatchModelConfig(Section):
     pooling: Literal["mean", "last"] = "mean"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     trust_remote_code: bool = False
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, le=65_536)
     layer: int = -1
 
 
@@ -74,10 +74,10 @@ class MatchSolverConfig(Section):
     intervals over seeds."""
 
     seeds: list[Seed] = Field([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], min_length=5)
-    top_k: int = Field(5, ge=1)
-    kmeans_init: int = Field(10, ge=1)
+    top_k: int = Field(5, ge=1, le=10_000)
+    kmeans_init: int = Field(10, ge=1, le=10_000)
     solver: Literal["auto", "exact", "faq"] = "auto"
-    restarts: int = Field(100, ge=1)
+    restarts: int = Field(100, ge=1, le=100_000)
     center: bool = True  # centre each side's vectors over the classes/clusters before the kernel
     confidence: float = Field(0.95, gt=0, lt=1)
 

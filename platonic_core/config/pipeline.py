@@ -26,23 +26,29 @@ PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")  # what positives.vllm_python ma
 TextKind = Literal["alt", "recap", "paraphrase", "caption", "wn_lemmas", "wn_definition", "wn_example"]
 
 
+# Upper bounds (issue 33): a value past them exhausts memory or time before anything useful
+# happens, so it is refused at validation, naming the key. Each is generous: far above the
+# paper's scale (BERT-large: width 1024, 24 layers; 900M samples) and this project's recipes.
+RENDERS_MAX_BYTES = 64 << 30
+
+
 class WorldConfig(Section):
     """The synthetic world: scenes, renders and caption grammar (see platonic_core/world)."""
 
     seed: Seed = 0
-    n_train: int = Field(12000, ge=16)
-    n_eval: int = Field(1024, ge=16)
+    n_train: int = Field(12000, ge=16, le=10_000_000)
+    n_eval: int = Field(1024, ge=16, le=1_000_000)
     # co-occurrence structure: scene themes and a Dirichlet concentration (see world/scenes.py)
-    themes: int = Field(6, ge=1)
+    themes: int = Field(6, ge=1, le=10_000)
     concentration: float = Field(1000.0, gt=0)
-    min_objects: int = Field(1, ge=1)
-    max_objects: int = Field(3, ge=1)
+    min_objects: int = Field(1, ge=1, le=9)
+    max_objects: int = Field(3, ge=1, le=9)
     n_shapes: int = Field(8, ge=2, le=8)
     n_colours: int = Field(8, ge=2, le=8)
     n_sizes: int = Field(3, ge=1, le=3)
     grid: int = Field(3, ge=2, le=3)
-    image_size: int = Field(32, ge=16)
-    renders_per_scene: int = Field(2, ge=1)
+    image_size: int = Field(32, ge=16, le=1024)
+    renders_per_scene: int = Field(2, ge=1, le=64)
     image_noise: float = Field(0.06, ge=0)
     # caption nuisance: how many synonym / template choices the grammar draws from
     synonyms: int = Field(4, ge=1, le=4)
@@ -64,6 +70,19 @@ class WorldConfig(Section):
     # contamination, as the paper found WIT captions among DataComp alt-texts: this fraction
     # of eval captions reappears (case/punctuation/spacing changed) as training alt-texts
     eval_leak: float = Field(0.04, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _check_renders_fit(self) -> WorldConfig:
+        # the renders are one uint8 array held in memory (world/generate.py): refused here, in
+        # one line, rather than after minutes of scene sampling (n_train=1e20 ran 80 s, then a
+        # traceback)
+        need = (self.n_train + self.n_eval) * self.renders_per_scene * self.image_size**2 * 3
+        if need > RENDERS_MAX_BYTES:
+            raise ValueError(
+                f"the renders would take {need / 2**30:,.1f} GiB ((n_train + n_eval) x renders_per_scene x "
+                f"image_size^2 x 3 bytes), over {RENDERS_MAX_BYTES / 2**30:.0f} GiB: a smaller world"
+            )
+        return self
 
 
 class IngestConfig(Section):
@@ -89,9 +108,13 @@ class IngestConfig(Section):
     id_column: str | None = None  # the image id (default: recap `key`, wds the sample key, jsonl `image_id`)
     text_columns: dict[str, str] = {}  # column -> source kind (default: per format)
     index_column: str | None = None  # a per-row text index, for several rows per image (caption ids)
-    max_text_chars: int = Field(1000, ge=8)
-    batch_rows: int = Field(16384, ge=1)  # input rows per batch: bounds memory per shard
-    workers: int = Field(1, ge=1)  # shards ingested in parallel (processes; memory scales with it)
+    max_text_chars: int = Field(1000, ge=8, le=1_000_000)
+    batch_rows: int = Field(16384, ge=1, le=10_000_000)  # input rows per batch: bounds memory per shard
+    workers: int = Field(1, ge=1, le=256)  # shards ingested in parallel (processes; memory scales with it)
+    # the longest record read (a JSONL/WordNet line, an item of a JSON array): memory per record
+    # is a few times this; a longer line is quarantined over_long_text unread, a longer JSON
+    # value fails its shard with one line (issue 33: one 200 MB line took 2.56 GB)
+    max_record_bytes: int = Field(16 << 20, ge=1024, le=1 << 30)
 
     @model_validator(mode="after")
     def _check_source(self) -> IngestConfig:
@@ -138,17 +161,17 @@ class PromptsConfig(Section):
 class SamplingConfig(Section):
     temperature: float = Field(0.7, ge=0)  # 0 = greedy
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(77, ge=1)
+    max_tokens: int = Field(77, ge=1, le=32_768)
 
 
 class GenHttpConfig(Section):
     """The openai backend's client: concurrent requests, per-request timeout, retries with
     exponential backoff and jitter on 429 / 5xx / timeouts / connection errors."""
 
-    concurrency: int = Field(16, ge=1)
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(4, ge=0)
-    backoff_s: float = Field(1.0, ge=0)  # retry n waits up to backoff_s·2^(n-1) (full jitter), or Retry-After
+    concurrency: int = Field(16, ge=1, le=1024)
+    timeout_s: float = Field(120.0, gt=0, le=3600)
+    max_retries: int = Field(4, ge=0, le=100)
+    backoff_s: float = Field(1.0, ge=0, le=600)  # retry n waits up to backoff_s·2^(n-1) (full jitter), or Retry-After
     # the key is sent to the recipe's base_url: a recipe must not name another secret
     # (AWS_SECRET_ACCESS_KEY, a password) and ship it off
     api_key_env: str = Field(
@@ -167,13 +190,13 @@ class PositivesConfig(Section):
 
     # none: no extra texts, the corpus's own texts are the positives (WordNet: a synset's texts)
     backend: Literal["world", "openai", "transformers", "vllm", "none"] = "world"
-    recaptions: int = Field(2, ge=0)
-    paraphrases: int = Field(1, ge=0)
+    recaptions: int = Field(2, ge=0, le=64)
+    paraphrases: int = Field(1, ge=0, le=64)
     seed: Seed = 0
     models: GenModelsConfig = GenModelsConfig()
     prompts: PromptsConfig = PromptsConfig()
     sampling: SamplingConfig = SamplingConfig()
-    batch_size: int = Field(64, ge=1)  # requests per batch = per part file (a kill loses at most one)
+    batch_size: int = Field(64, ge=1, le=1_000_000)  # requests per batch = per part file (a kill loses at most one)
     http: GenHttpConfig = GenHttpConfig()
     trust_remote_code: bool = False  # transformers / vllm: run a model repo's own code (off unless set)
     device: str = "cpu"  # transformers backend
@@ -252,10 +275,10 @@ class NearConfig(Section):
 
     threshold: float = Field(0.5, gt=0, le=1)  # Jaccard over the shingle sets
     ngrams: list[int] = [1, 2]  # word n-gram sizes that make the shingle set
-    bands: int = Field(32, ge=1)
-    rows: int = Field(4, ge=1)
+    bands: int = Field(32, ge=1, le=1024)
+    rows: int = Field(4, ge=1, le=64)
     seed: Seed = 0
-    batch_rows: int = Field(100_000, ge=1)  # corpus texts per MinHash batch (bounds memory)
+    batch_rows: int = Field(100_000, ge=1, le=10_000_000)  # corpus texts per MinHash batch (bounds memory)
 
     @model_validator(mode="after")
     def _check_ngrams(self) -> NearConfig:
@@ -272,8 +295,8 @@ class EmbedMatchConfig(Section):
 
     model: str = ""
     threshold: float = Field(0.9, gt=0, le=1)
-    batch_size: int = Field(256, ge=1)
-    max_length: int = Field(64, ge=8)
+    batch_size: int = Field(256, ge=1, le=65_536)
+    max_length: int = Field(64, ge=8, le=8192)
 
 
 class MatchConfig(Section):
@@ -320,10 +343,10 @@ class ViewsConfig(Section):
     next-token read one text of kinds `text_sources`."""
 
     good_sources: list[str] = ["recap"]
-    n_views: int = Field(2, ge=2)
+    n_views: int = Field(2, ge=2, le=64)
     text_sources: list[str] = ["recap"]
-    vocab_size: int = Field(400, ge=64)
-    max_len: int = Field(48, ge=8)
+    vocab_size: int = Field(400, ge=64, le=1_000_000)
+    max_len: int = Field(48, ge=8, le=8192)
     seed: Seed = 0
     # the tokenizer: `word` (deterministic word-level, the
     # default), `wordpiece` / `bpe` (HF `tokenizers` trainers on the corpus, offline), or a
@@ -351,34 +374,34 @@ class ModelConfig(Section):
     # LM); documents: n_views texts of one image concatenated into one sequence, as a web page
     # holds several descriptions of one image (the causal LM); renders: the image model
     views: Literal["good", "bad", "text", "documents", "renders"] = "good"
-    width: int = Field(96, ge=8)
-    layers: int = Field(2, ge=1)
-    heads: int = Field(4, ge=1)
-    proj_dim: int = Field(64, ge=2)
+    width: int = Field(96, ge=8, le=16_384)
+    layers: int = Field(2, ge=1, le=256)
+    heads: int = Field(4, ge=1, le=256)
+    proj_dim: int = Field(64, ge=2, le=65_536)
     # the JEPA projector MLP (Linear -> BatchNorm -> act per hidden size, then Linear to
     # proj_dim; models/presets.py). `custom`: `proj_hidden` (None = one layer of 2·width, the
     # small head the demo was tuned with) and `proj_act` (None = gelu); `lejepa`: LeJEPA's
     # reference head, 2048-2048 with ReLU, and then proj_hidden / proj_act stay unset.
     projector: Literal["custom", "lejepa"] = "custom"
-    proj_hidden: list[Annotated[int, Field(ge=1)]] | None = None
+    proj_hidden: list[Annotated[int, Field(ge=1, le=65_536)]] | None = Field(None, max_length=16)
     proj_act: Literal["gelu", "relu"] | None = None
     # transformers attention kernel: "eager" is faster on a CPU at small head sizes,
     # "sdpa" on a GPU
     attention: Literal["eager", "sdpa"] = "eager"
-    steps: int = Field(300, ge=1)
-    batch_size: int = Field(128, ge=4)
+    steps: int = Field(300, ge=1, le=1_000_000_000)
+    batch_size: int = Field(128, ge=4, le=1_048_576)
     # LeJEPA: views per sample (good: distinct texts of one image; bad: masked copies;
     # image: renders of one scene)
-    n_views: int = Field(2, ge=2)
+    n_views: int = Field(2, ge=2, le=64)
     lam: float = Field(0.05, ge=0, le=1)
     loss_form: Literal["minimal", "stable_pretraining"] = "minimal"
-    slices: int = Field(256, ge=1)
+    slices: int = Field(256, ge=1, le=65_536)
     # bad views: masking of one text into two copies
     mask_rate: float = Field(0.3, ge=0, lt=1)
-    mask_span: int = Field(1, ge=1)
+    mask_span: int = Field(1, ge=1, le=8192)
     # log-spaced checkpoints kept along the run (the last is the final model), each scored by
     # the `curve` stage: alignment against samples seen. 0 = none.
-    snapshots: int = Field(0, ge=0)
+    snapshots: int = Field(0, ge=0, le=1000)
     optim: OptimConfig = OptimConfig()
     # ---- how it runs at scale (defaults keep the demo's behaviour bit for bit) ----
     # size preset (platonic_core/models/presets.py); `custom` = width/layers/heads above
@@ -386,17 +409,17 @@ class ModelConfig(Section):
         "custom"
     )
     # budget in samples (the paper's 21.6M / 900M); when set, steps = ceil(samples / batch_size)
-    samples: int | None = Field(None, ge=1)
+    samples: int | None = Field(None, ge=1, le=10**13)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # auto: bf16 autocast on a GPU that supports it, fp32 otherwise
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # micro-batches per optimiser step; batch_size is the global batch (all processes)
-    grad_accum: int = Field(1, ge=1)
+    grad_accum: int = Field(1, ge=1, le=65_536)
     compile: bool = False
     # processes per node: > 1 launches `torchrun --nproc-per-node nproc` (DDP: gloo/nccl)
-    nproc: int = Field(1, ge=1)
+    nproc: int = Field(1, ge=1, le=1024)
     # write a resumable checkpoint every this many samples (0 = never)
-    checkpoint_every: int = Field(0, ge=0)
+    checkpoint_every: int = Field(0, ge=0, le=10**13)
     # the causal LM's output layer shares the input embeddings (GPT-2's default); untied, the
     # input embeddings need not make interchangeable words (all colours) alike
     tie_embeddings: bool = True
@@ -453,7 +476,7 @@ class TrainConfig(Section):
 
 
 class EmbedConfig(Section):
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(256, ge=1, le=65_536)
     # which text embedding the evaluation compares: `pooled` = mean-pooled hidden
     # states of every layer (the PRH layer sweep), `projector` = the JEPA projector output
     # (one layer, text_jepa only); `layer` keeps one layer of the pooled sweep (None = all)
@@ -466,23 +489,23 @@ class CeilingConfig(Section):
     (platonic_core/ceiling.py). Synthetic world only; `oracles: []` turns the stage off."""
 
     oracles: list[Literal["attributes", "learned", "render"]] = ["attributes", "learned", "render"]
-    draws: int = Field(10, ge=1)  # jitter draws that break the discrete oracle's exact ties
+    draws: int = Field(10, ge=1, le=10_000)  # jitter draws that break the discrete oracle's exact ties
     jitter: float = Field(1e-3, gt=0)
-    hidden: int = Field(256, ge=1)  # the learned ceiling's MLP: two hidden layers
-    epochs: int = Field(30, ge=1)
+    hidden: int = Field(256, ge=1, le=65_536)  # the learned ceiling's MLP: two hidden layers
+    epochs: int = Field(30, ge=1, le=100_000)
     seed: Seed = 0
 
 
 class EvaluateConfig(Section):
     image_model: str = "image"
     text_models: list[str] = ["good", "ntp", "bad"]
-    k: int = Field(10, ge=1)
+    k: int = Field(10, ge=1, le=10_000)
     clamp_quantile: float = Field(0.95, gt=0, le=1)
     # mean: each sample's quantile of |x|, averaged (the published PRH numbers); exact: the
     # global sorted quantile (platonic-rep --precise); none: L2 normalisation only
     clamp: Literal["mean", "exact", "none"] = "mean"
     layers: Literal["best", "last"] = "best"
-    bootstrap: int = Field(1000, ge=0)
+    bootstrap: int = Field(1000, ge=0, le=100_000)
     ceiling: CeilingConfig = CeilingConfig()
 
 
@@ -512,7 +535,7 @@ class FanoutConfig(Section):
     PLATONIC_DASK_ADDRESS) on a cluster whose workers share the out_dir filesystem."""
 
     engine: Literal["inline", "dask"] = "inline"
-    workers: int = Field(2, ge=1)
+    workers: int = Field(2, ge=1, le=1024)
     address: str | None = None
 
 

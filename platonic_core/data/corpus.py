@@ -171,12 +171,15 @@ class _Normaliser:
             self.id_column,
             index_cols[0] if index_cols else self.id_column,
         )
-        # duplicate rows: a key seen before in this shard (the first row with a key keeps it)
+        # duplicate rows: a key seen before in this shard (the first row with a key keeps it).
+        # Each part is prefixed with its length: joined bare, id "a\x1fb" + index "c" and id "a"
+        # + index "b\x1fc" were one key, and a distinct row was quarantined as a duplicate
+        parts = [image_id, *[_column(rows, c).cast(pa.string()) for c in index_cols]]
         keys = (
             image_id
             if not index_cols
             else pc.binary_join_element_wise(
-                image_id, *[_column(rows, c).cast(pa.string()) for c in index_cols], "\x1f"
+                *[x for part in parts for x in (pc.binary_length(part).cast(pa.string()), part)], "\x1f"
             )
         )
         ok_rows = pc.is_null(row_reason)

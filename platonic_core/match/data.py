@@ -14,6 +14,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
+import os
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,21 +61,45 @@ def prompts(names: list[str], templates: list[str]) -> list[str]:
 # ---- Fashion-MNIST --------------------------------------------------------------------
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (plain or .gz): the magic's type byte and dims, then big-endian data."""
+IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+# the largest IDX array read (Fashion-MNIST's train images are 47 MB; EMNIST's largest 550 MB);
+# PLATONIC_IDX_MAX_BYTES overrides it
+IDX_MAX_BYTES = 1 << 30
+
+
+def read_idx(path: Path, max_bytes: int | None = None) -> np.ndarray:
+    """An IDX file (plain or .gz): the magic's type byte and dims, then big-endian data.
+
+    Memory is bounded by what the header declares, checked before any data is read: a header
+    over `max_bytes` is refused, and exactly the declared bytes are read, one more telling a
+    file that holds more (a gzip bomb decompresses no further than that)."""
+    max_bytes = int(os.environ.get("PLATONIC_IDX_MAX_BYTES", IDX_MAX_BYTES)) if max_bytes is None else max_bytes
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
-        raise MatchDataError(f"{path}: not an IDX file (bad magic)")
-    dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-    if raw[2] not in dtypes:
-        raise MatchDataError(f"{path}: unknown IDX data type 0x{raw[2]:02x}")
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    data = np.frombuffer(raw, dtype=dtypes[raw[2]], offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
-        raise MatchDataError(f"{path}: header says {dims} but holds {data.size} values")
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0:
+                raise MatchDataError(f"{path}: not an IDX file (bad magic)")
+            if head[2] not in IDX_TYPES:
+                raise MatchDataError(f"{path}: unknown IDX data type 0x{head[2]:02x}")
+            ndim, dtype = head[3], np.dtype(IDX_TYPES[head[2]])
+            dim_bytes = f.read(4 * ndim)
+            if len(dim_bytes) < 4 * ndim:
+                raise MatchDataError(f"{path}: truncated IDX header ({ndim} dimensions declared)")
+            dims = [int.from_bytes(dim_bytes[4 * i : 4 * i + 4], "big") for i in range(ndim)]
+            need = math.prod(dims) * dtype.itemsize  # Python ints: no overflow
+            if need > max_bytes:
+                raise MatchDataError(
+                    f"{path}: header declares {dims} of {dtype.str[1:]} ({need:,} bytes), over the "
+                    f"{max_bytes:,}-byte limit (PLATONIC_IDX_MAX_BYTES); not read"
+                )
+            raw = f.read(need + 1)
+    except (OSError, EOFError, zlib.error) as e:  # a corrupt .gz: one line naming the file
+        raise MatchDataError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    if len(raw) != need:
+        more = "more than" if len(raw) > need else f"{len(raw):,} bytes, not"
+        raise MatchDataError(f"{path}: header says {dims} ({need:,} bytes) but the file holds {more} that")
+    data = np.frombuffer(raw, dtype=dtype)
     return data.reshape(dims).astype(data.dtype.newbyteorder("="))
 
 

@@ -25,6 +25,8 @@ MISMATCH = "__mismatch__"
 OVER_LONG = "__over_long__"
 REASON = "__reason__"  # a row-level reason found by the reader (e.g. unknown_image), else null
 REASON_FIELD = "__reason_field__"
+# the default of ingest.max_record_bytes: the longest line or JSON value a reader holds
+MAX_RECORD_BYTES = 16 << 20
 
 
 class SourceError(ValueError):
@@ -69,16 +71,69 @@ def as_text(values: list[Any]) -> tuple[pa.Array, pa.Array]:
     out, bad = [], []
     for v in values:
         if v is None or isinstance(v, str):
-            out.append(None if v is None else v.encode("utf-8", "surrogateescape"))
+            out.append(None if v is None else utf8_bytes(v))
             bad.append(False)
         else:
-            out.append(json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogateescape"))
+            out.append(utf8_bytes(json.dumps(v, ensure_ascii=False)))
             bad.append(True)
     return pa.array(out, pa.binary()), pa.array(bad, pa.bool_())
 
 
+def utf8_bytes(s: str) -> bytes:
+    """A decoded value back to its bytes: lone surrogates from `surrogateescape` become the
+    original invalid bytes; any other lone surrogate (a JSON escape such as "\\ud800" decodes
+    to one) becomes its 3-byte form, which is not UTF-8 either: the text is then quarantined
+    as invalid_utf8 instead of the whole shard failing to encode it."""
+    try:
+        return s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogatepass")
+
+
+def is_utf8(s: str) -> bool:
+    """Can this str be written as UTF-8 (it holds no lone surrogate)?"""
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def safe_str(s: str | None) -> str | None:
+    """A str an Arrow string column takes: a lone surrogate (an undecodable byte of a file or
+    member name, a JSON "\\ud800" escape) is written as a backslash escape. Valid text is
+    returned as it is."""
+    if s is None or s.isascii() or is_utf8(s):
+        return s
+    return utf8_bytes(s).decode("utf-8", "backslashreplace")
+
+
+def id_array(ids: list[str | None]) -> tuple[pa.Array, list[bool]]:
+    """Image ids as a string column, and per id whether it held a lone surrogate (escaped in
+    the column; the reader quarantines its row as invalid_utf8 on the id field)."""
+    try:
+        return pa.array(ids, pa.string()), [False] * len(ids)
+    except UnicodeEncodeError:
+        bad = [v is not None and not is_utf8(v) for v in ids]
+        return pa.array([safe_str(v) for v in ids], pa.string()), bad
+
+
+def bounded_lines(fh, limit: int, chunk: int = 1 << 20) -> Iterator[tuple[bytes, bool]]:
+    """(line, over) per physical line of a binary file, the newline kept: a line longer than
+    `limit` bytes yields only its first `limit` bytes with over=True, and the rest of it is
+    read in chunks and dropped, so memory is bounded by `limit` + `chunk` whatever the file."""
+    while line := fh.readline(limit + 1):
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line, False
+            continue
+        prefix = line[:limit]
+        while (rest := fh.readline(chunk)) and not rest.endswith(b"\n"):
+            pass
+        yield prefix, True
+
+
 def str_or_none(v: Any) -> str | None:
-    return None if v is None or v == "" else str(v)
+    return None if v is None or v == "" else safe_str(str(v))
 
 
 class Reader:

@@ -17,6 +17,8 @@ from .base import (
     ShardError,
     TextField,
     as_text,
+    id_array,
+    safe_str,
     str_or_none,
 )
 from .jsonstream import json_items, top_level_keys
@@ -40,7 +42,7 @@ class CocoReader(Reader):
         return [TextField("caption", "caption", 0, "caption_id")]
 
     def batches(self, shard: Shard) -> Iterator[Batch]:
-        keys = top_level_keys(shard.uri)
+        keys = top_level_keys(shard.uri, self.cfg.max_record_bytes)
         if "annotations" in keys:
             yield from self._coco(shard)
         elif "images" in keys:
@@ -55,14 +57,19 @@ class CocoReader(Reader):
         texts, bad = as_text(buf.pop("caption"))
         n = len(texts)
         cols = {
-            "image_id": pa.array(buf.pop("image_id"), pa.string()),
+            "image_id": None,  # below: checked for lone surrogates
             "source_row": pa.array(range(row0, row0 + n), pa.int64()),
             "caption": texts,
             MISMATCH + "caption": bad,
         }
         unknown = buf.pop("__unknown_image")
-        cols[REASON] = pa.array(["unknown_image" if u else None for u in unknown], pa.string())
-        cols[REASON_FIELD] = pa.array(["image_id" if u else None for u in unknown], pa.string())
+        image_id, not_utf8 = id_array(buf.pop("image_id"))  # a "\\ud800" id costs its row, not the shard
+        cols["image_id"] = image_id
+        reason = [
+            "invalid_utf8" if b else "unknown_image" if u else None for u, b in zip(unknown, not_utf8, strict=True)
+        ]
+        cols[REASON] = pa.array(reason, pa.string())
+        cols[REASON_FIELD] = pa.array(["image_id" if r else None for r in reason], pa.string())
         for k, v in buf.items():
             cols[k] = pa.array(v, pa.string())
         return Batch(pa.table(cols))
@@ -87,7 +94,7 @@ class CocoReader(Reader):
         return self._batches(self._karpathy_rows(shard), cols)
 
     def _karpathy_rows(self, shard: Shard) -> Iterator[dict]:
-        for r, (_k, im) in enumerate(json_items(shard.uri, {"images"})):
+        for r, (_k, im) in enumerate(json_items(shard.uri, {"images"}, self.cfg.max_record_bytes)):
             if not isinstance(im, dict):
                 im = {}
             sents = im.get("sentences")
@@ -97,7 +104,7 @@ class CocoReader(Reader):
                 if s is None:  # no sentences: one input row, quarantined as a missing field
                     caption, caption_id = None, "none"
                 elif isinstance(sent, dict):
-                    caption, caption_id = sent.get("raw"), str(sent.get("sentid", s))
+                    caption, caption_id = sent.get("raw"), safe_str(str(sent.get("sentid", s)))
                 else:
                     caption, caption_id = sent, str(s)
                 yield {
@@ -113,14 +120,15 @@ class CocoReader(Reader):
 
     def _coco(self, shard: Shard) -> Iterator[Batch]:
         files: dict[str, str | None] = {}
-        for _k, im in json_items(shard.uri, {"images"}):  # pass 1: the image table (small)
+        for _k, im in json_items(shard.uri, {"images"}, self.cfg.max_record_bytes):  # pass 1: the image table (small)
             if isinstance(im, dict) and "id" in im:
                 files[str(im["id"])] = str_or_none(im.get("file_name"))
 
         def rows() -> Iterator[dict]:
-            for r, (_k, a) in enumerate(json_items(shard.uri, {"annotations"})):  # pass 2: streamed
+            annotations = json_items(shard.uri, {"annotations"}, self.cfg.max_record_bytes)
+            for r, (_k, a) in enumerate(annotations):  # pass 2: streamed
                 a = a if isinstance(a, dict) else {}
-                iid = str_or_none(a.get("image_id"))
+                iid = None if a.get("image_id") in (None, "") else str(a["image_id"])  # id_array checks it
                 yield {
                     "image_id": iid,
                     "caption": a.get("caption"),

@@ -14,12 +14,15 @@ import pyarrow.compute as pc
 from .base import (
     MISMATCH,
     REASON,
+    REASON_FIELD,
     Batch,
     Reader,
     Shard,
     ShardError,
     TextField,
     as_text,
+    bounded_lines,
+    id_array,
     mapped_fields,
     str_or_none,
 )
@@ -29,6 +32,8 @@ from .sources import open_binary
 if TYPE_CHECKING:
     from ...config import IngestConfig
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: editors on Windows write one
+
 
 class JsonlReader(Reader):
     """One input row per line (JSONL), item (a file holding one JSON array) or record
@@ -37,7 +42,14 @@ class JsonlReader(Reader):
     `index_column` for several rows per image (e.g. a caption id). A line that is not a
     JSON object is quarantined (schema_mismatch) with its raw bytes; so is a CSV row of the
     wrong width; a CSV row whose quote does not close is quarantined malformed_csv and the
-    rows it would swallow are read as rows (`_csv_records`)."""
+    rows it would swallow are read as rows (`_csv_records`).
+
+    Hostile files: a line (or array item) over `max_record_bytes` is never read whole: its
+    texts are quarantined over_long_text (raw: its first 4 x max_text_chars bytes); a
+    leading UTF-8 byte-order mark is skipped (it used to cost the first row, a CSV's id
+    column or a whole JSON array); a UTF-16/32 file is refused with one line; a record that
+    gives a column this reader reads twice ({"text": "a", "text": "b"}) is quarantined
+    schema_mismatch instead of the first value being dropped uncounted."""
 
     format = "jsonl"
 
@@ -45,6 +57,17 @@ class JsonlReader(Reader):
         super().__init__(cfg)
         self.id_column = cfg.id_column or "image_id"
         self.text_columns = cfg.text_columns or {"text": "alt"}
+        # the columns read from a record: one given twice is ambiguous (json keeps the last)
+        self.read_columns = [self.id_column, *self.text_columns, *([cfg.index_column] if cfg.index_column else [])]
+
+    def _duplicated(self, line: str) -> bool:
+        """Does this JSON object give a read column twice? A cheap count finds candidates,
+        the pairs of a second parse decide."""
+        if not any(line.count(f'"{c}"') > 1 for c in self.read_columns):
+            return False
+        objects: list[list[str]] = []  # the keys of each object, inner ones first, the record's last
+        json.loads(line, object_pairs_hook=lambda pairs: objects.append([k for k, _ in pairs]) or {})
+        return any(objects[-1].count(c) > 1 for c in self.read_columns)
 
     @property
     def fields(self) -> list[TextField]:
@@ -53,22 +76,29 @@ class JsonlReader(Reader):
     def _records(self, shard: Shard) -> Iterator[tuple[dict | None, str | None, str | None]]:
         """(record, raw line if the record could not be parsed, a row-level reason)."""
         low = shard.uri.lower()
+        limit, raw_limit = self.cfg.max_record_bytes, 4 * self.cfg.max_text_chars
         with open_binary(shard.uri) as fh:
+            head = fh.read(64)
+            if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 / UTF-32 byte-order marks
+                raise ShardError(f"{shard.uri}: UTF-16/32 text (byte-order mark {head[:2].hex()}); re-encode as UTF-8")
+            bom = head.startswith(BOM)
+            fh.seek(len(BOM) if bom else 0)
             if low.endswith((".csv", ".tsv")):
                 text = io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape", newline="")
-                yield from _csv_records(text, "\t" if low.endswith(".tsv") else ",", shard.uri)
+                yield from _csv_records(text, "\t" if low.endswith(".tsv") else ",", shard.uri, self.read_columns)
                 return
-            head = fh.read(64)
-            fh.seek(0)
-            if head.lstrip()[:1] == b"[":  # a JSON array of records, streamed item by item
-                for rec in JsonStream(fh, shard.uri)._items():
+            if head.removeprefix(BOM).lstrip()[:1] == b"[":  # a JSON array of records, streamed item by item
+                for rec in JsonStream(fh, shard.uri, max_value=limit)._items():
                     yield (
                         (rec, None, None)
                         if isinstance(rec, dict)
                         else (None, json.dumps(rec, ensure_ascii=False), None)
                     )
                 return
-            for line in fh:
+            for line, over in bounded_lines(fh, limit):
+                if over:  # never parsed: its texts are over-long whatever it holds
+                    yield None, line[:raw_limit].decode("utf-8", "surrogateescape"), "over_long_text"
+                    continue
                 s = line.decode("utf-8", "surrogateescape").strip()
                 if not s:
                     continue
@@ -76,6 +106,9 @@ class JsonlReader(Reader):
                     rec = json.loads(s)
                 except ValueError:
                     yield None, s, None
+                    continue
+                if isinstance(rec, dict) and self._duplicated(s):
+                    yield None, s, "schema_mismatch"
                     continue
                 yield (rec, None, None) if isinstance(rec, dict) else (None, s, None)
 
@@ -98,8 +131,14 @@ class JsonlReader(Reader):
             v = rec.get(self.id_column) if rec else None
             ids.append(None if v is None or isinstance(v, (dict, list)) else str(v))
             bad_ids.append(rec is None or isinstance(v, (dict, list)))
+        id_col, id_not_utf8 = id_array(ids)
+        if any(id_not_utf8):  # an id with a lone surrogate ("\\ud800"): its row, not the shard
+            recs = [
+                (rec, raw, reason or ("invalid_utf8" if bad else None))
+                for (rec, raw, reason), bad in zip(recs, id_not_utf8, strict=True)
+            ]
         cols: dict[str, pa.Array] = {
-            "image_id": pa.array(ids, pa.string()),
+            "image_id": id_col,
             MISMATCH + "image_id": pa.array(bad_ids, pa.bool_()),
             "source_row": pa.array(range(row0, row0 + n), pa.int64()),
         }
@@ -114,6 +153,8 @@ class JsonlReader(Reader):
             )
         if any(reason for _, _, reason in recs):
             cols[REASON] = pa.array([reason for _, _, reason in recs], pa.string())
+            if any(id_not_utf8):
+                cols[REASON_FIELD] = pa.array([self.id_column if b else None for b in id_not_utf8], pa.string())
         return Batch(pa.table(cols))
 
 
@@ -150,7 +191,9 @@ def _is_row(line: str, delimiter: str, width: int) -> bool:
     return len(recs) == 1 and len(recs[0]) == width
 
 
-def _csv_records(text: Iterator[str], delimiter: str, uri: str) -> Iterator[tuple[dict | None, str | None, str | None]]:
+def _csv_records(
+    text: Iterator[str], delimiter: str, uri: str, read_columns: list[str] = ()
+) -> Iterator[tuple[dict | None, str | None, str | None]]:
     """(record, raw, reason) per CSV/TSV row, header first. A quote that is not closed where
     a field may end swallows the next rows into one field, so a record is taken as broken
     when the strict parser rejects it (text after a closing quote; the file ends inside
@@ -169,6 +212,9 @@ def _csv_records(text: Iterator[str], delimiter: str, uri: str) -> Iterator[tupl
         raise ShardError(f"{uri}: bad CSV header ({e})") from None
     lines.take()
     width = len(header)
+    twice = sorted({c for c in read_columns if header.count(c) > 1})
+    if twice:  # a record would keep one of the two values and drop the other uncounted
+        raise ShardError(f"{uri}: bad CSV header (column {', '.join(map(repr, twice))} appears twice)")
 
     def broken(taken: list[str]) -> tuple[None, str, str]:
         lines.back.extend(reversed(taken[1:]))  # parsed again: the rows the quote swallowed

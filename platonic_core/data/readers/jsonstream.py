@@ -8,8 +8,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .base import ShardError
+from .base import MAX_RECORD_BYTES, ShardError
 from .sources import open_binary
+
+# the longest value held to decode (an item of an array, a skipped value); a longer one is a
+# ShardError, never read whole
+MAX_VALUE_BYTES = MAX_RECORD_BYTES
 
 
 class JsonStream:
@@ -17,10 +21,10 @@ class JsonStream:
     object's keys are scanned in order; the array under a wanted key is decoded one item at
     a time (`json.JSONDecoder.raw_decode` on a sliding buffer); other values are skipped."""
 
-    def __init__(self, fh, uri: str, chunk: int = 1 << 20):
-        self.fh, self.uri, self.chunk = fh, uri, chunk
+    def __init__(self, fh, uri: str, chunk: int = 1 << 20, max_value: int = MAX_VALUE_BYTES):
+        self.fh, self.uri, self.chunk, self.max_value = fh, uri, chunk, max_value
         self.dec = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
-        self.buf, self.pos, self.eof = "", 0, False
+        self.buf, self.pos, self.eof, self.fresh = "", 0, False, True
         self.json = json.JSONDecoder()
 
     def _fill(self) -> bool:
@@ -33,6 +37,9 @@ class JsonStream:
             self.pos = 0
             return False
         self.buf = self.buf[self.pos :] + self.dec.decode(b)
+        if self.fresh and self.buf.startswith("\ufeff"):  # a UTF-8 byte-order mark opens the file
+            self.buf = self.buf[1:]
+        self.fresh = False
         self.pos = 0
         return True
 
@@ -62,8 +69,11 @@ class JsonStream:
             except json.JSONDecodeError as e:
                 if self.eof:
                     raise ShardError(f"{self.uri}: truncated or invalid JSON ({e.msg})") from None
-                if len(self.buf) - self.pos > (256 << 20):
-                    raise ShardError(f"{self.uri}: one JSON value over 256 MB ({e.msg})") from None
+                if len(self.buf) - self.pos > self.max_value:  # characters: at least as many bytes
+                    raise ShardError(
+                        f"{self.uri}: a JSON value at character {self.pos} runs past {self.max_value:,} "
+                        "characters (ingest.max_record_bytes); not read further"
+                    ) from None
             if not self._fill():
                 continue
 
@@ -116,15 +126,15 @@ class JsonStream:
                 raise ShardError(f"{self.uri}: invalid JSON: expected ',' or '}}', got {c!r}")
 
 
-def json_items(uri: str, wanted: set[str]) -> Iterator[tuple[str, Any]]:
+def json_items(uri: str, wanted: set[str], max_value: int = MAX_VALUE_BYTES) -> Iterator[tuple[str, Any]]:
     with open_binary(uri) as fh:
-        yield from JsonStream(fh, uri).arrays(wanted)
+        yield from JsonStream(fh, uri, max_value=max_value).arrays(wanted)
 
 
-def top_level_keys(uri: str) -> set[str]:
+def top_level_keys(uri: str, max_value: int = MAX_VALUE_BYTES) -> set[str]:
     """The keys of a JSON document's top-level object (one streaming pass, nothing kept)."""
     with open_binary(uri) as fh:
-        s = JsonStream(fh, uri)
+        s = JsonStream(fh, uri, max_value=max_value)
         for _ in s.arrays(set()):
             pass
         return set(s.keys)

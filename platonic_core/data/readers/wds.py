@@ -20,13 +20,17 @@ import pyarrow as pa
 from .base import (
     MISMATCH,
     OVER_LONG,
+    REASON,
+    REASON_FIELD,
     Batch,
     Reader,
     Shard,
     ShardError,
     TextField,
     as_text,
+    id_array,
     mapped_fields,
+    safe_str,
     str_or_none,
 )
 from .sources import open_binary
@@ -115,17 +119,23 @@ class WdsReader(Reader):
                     over[c].append(False)
             for c in extra:
                 extra[c].append(str_or_none(meta.get(c[5:])) if meta else None)
-            prov["member_key"].append(key)
+            prov["member_key"].append(safe_str(key))
             prov["url"].append(str_or_none(meta.get("url")) if meta else None)
             prov["sha256"].append(str_or_none(meta.get("sha256")) if meta else None)
-            prov["members"].append(",".join(sorted(e for e in parts if not e.startswith("@"))))
+            prov["members"].append(safe_str(",".join(sorted(e for e in parts if not e.startswith("@")))))
             for ext, loc in parts.items():
                 if ext.startswith("@"):
-                    img_rows.append((image_id, tar_name, loc[0], loc[1], loc[2], ext[1:]))
+                    img_rows.append((safe_str(image_id), tar_name, safe_str(loc[0]), loc[1], loc[2], safe_str(ext[1:])))
+        # a member name that is not UTF-8 (a GNU tar written in Latin-1) costs its sample, not the shard
+        image_ids, not_utf8 = id_array(ids)
         cols: dict[str, pa.Array] = {
-            "image_id": pa.array(ids, pa.string()),
+            "image_id": image_ids,
             "source_row": pa.array(range(row0, row0 + len(samples)), pa.int64()),
         }
+        if any(not_utf8):
+            cols[REASON] = pa.array(["invalid_utf8" if b else None for b in not_utf8], pa.string())
+            id_field = self.id_column or "image_id"
+            cols[REASON_FIELD] = pa.array([id_field if b else None for b in not_utf8], pa.string())
         for c in self.text_columns:
             cols[c] = pa.array(texts[c], pa.binary())
             cols[MISMATCH + c] = pa.array(bad[c], pa.bool_())

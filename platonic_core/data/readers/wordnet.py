@@ -26,7 +26,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from .base import REASON, REASON_FIELD, Batch, Reader, Shard, TextField, as_text
+from .base import (
+    MAX_RECORD_BYTES,
+    REASON,
+    REASON_FIELD,
+    Batch,
+    Reader,
+    Shard,
+    TextField,
+    as_text,
+    bounded_lines,
+)
 from .sources import open_binary
 
 if TYPE_CHECKING:
@@ -208,11 +218,18 @@ class DataFile:
         return len(self.synsets) + self.header_lines + len(self.malformed)
 
 
-def iter_data_lines(uri: str) -> Iterator[tuple[int, str, Synset | MalformedLine | None]]:
-    """(line index, the line, its Synset, MalformedLine, or None for a license line) per line."""
+def iter_data_lines(
+    uri: str, max_bytes: int = MAX_RECORD_BYTES
+) -> Iterator[tuple[int, str, Synset | MalformedLine | None]]:
+    """(line index, the line, its Synset, MalformedLine, or None for a license line) per line.
+    A line over `max_bytes` is malformed, and only its first bytes are read (memory)."""
     with open_binary(uri) as fh:
-        for i, raw in enumerate(fh):
+        for i, (raw, over) in enumerate(bounded_lines(fh, max_bytes)):
             line = raw.decode("utf-8", "surrogateescape").rstrip("\r\n")
+            if over:
+                too_long = MalformedLine("line", f"longer than {max_bytes:,} bytes (ingest.max_record_bytes)")
+                yield i, line[:1000], too_long
+                continue
             if is_license_line(line):
                 yield i, line, None
                 continue
@@ -259,7 +276,7 @@ class WordNetReader(Reader):
     def batches(self, shard: Shard) -> Iterator[Batch]:
         self.header_lines[shard.id] = 0
         chunk: list[tuple[int, str, Synset | MalformedLine]] = []
-        for i, line, parsed in iter_data_lines(shard.uri):
+        for i, line, parsed in iter_data_lines(shard.uri, self.cfg.max_record_bytes):
             if parsed is None:
                 self.header_lines[shard.id] += 1
                 continue
