@@ -58,11 +58,12 @@ def _p(p: dict | None) -> str:
 
 
 def _truth(t: dict | None) -> str:
+    """Where the truth ranks, and the objective of the truth against what the solver found
+    (found above true: the kernels, not the search, prefer a wrong assignment)."""
     if t is None:
         return "–"
-    if t["method"] == "exact":
-        return f"{t['rank']:,} of {t['of']:,} (p {t['p']:.2g})"
-    return f"p {_p(t)}"
+    where = f"{t['rank']:,} of {t['of']:,} (p {t['p']:.2g})" if t["method"] == "exact" else f"p {_p(t)}"
+    return f"{where}; f true {t['objective_true']:,.0f}, found {t['objective_found']:,.0f}"
 
 
 def match_table(result: dict) -> str:
