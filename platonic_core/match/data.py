@@ -6,7 +6,8 @@ Fashion-MNIST (IDX files) and any ImageFolder layout (ImageNet-100 by its class 
   (files only: the image bytes' digest, so the artifact's digest follows the images), and one
   int column per class set (the label);
 - `classes.json`: class set -> class names in label order (what the prompts say);
-- `images.npy` (world, Fashion-MNIST): uint8 (N, H, W[, 3]).
+- `images.npy` (world, Fashion-MNIST): uint8 (N, H, W[, 3]);
+prototypes: `image` is each class's row in an ImageNet classifier (no image at all).
 """
 
 from __future__ import annotations
@@ -229,6 +230,22 @@ def world_class_sets(world: WorldConfig, shapes: np.ndarray, colours: np.ndarray
     return {name: all_sets[name] for name in sets}
 
 
+# ---- ImageNet class prototypes (no photos) ----------------------------------------------
+
+
+def imagenet_prototype_rows(classes: list[tuple[str, str]]) -> tuple[dict, dict]:
+    """(class sets, table) for one item per listed ImageNet class: `image` is the class's row
+    in a 1,000-way ImageNet classifier (the rank of its wnid, realdata/imagenet.py)."""
+    from ..realdata.imagenet import imagenet_wnids
+
+    index = {w: i for i, w in enumerate(imagenet_wnids())}
+    missing = [w for w, _ in classes if w not in index]
+    if missing:
+        raise MatchDataError(f"data.classes: {missing[0]} is not an ImageNet-1k wnid ({len(missing)} such)")
+    rows = np.array([index[w] for w, _ in classes], dtype=np.int64)
+    return {"classes": (np.arange(len(classes)), [name for _, name in classes])}, {"image": rows}
+
+
 # ---- the artifact -----------------------------------------------------------------------
 
 
@@ -256,6 +273,8 @@ def materialize(cfg: MatchDataConfig, out: Path, world: WorldConfig | None = Non
         sets = {"fashion_mnist": (labels[keep], [prompt_name(n) for n in FASHION_MNIST_CLASSES])}
         np.save(out / "images.npy", images)
         table = {"image": keep}  # row in the split's IDX file
+    elif cfg.source == "prototypes":
+        sets, table = imagenet_prototype_rows(read_class_list(cfg.classes))
     else:
         listed = read_class_list(cfg.classes) if cfg.classes else None
         paths, labels, names = load_image_folder(cfg.path, listed)

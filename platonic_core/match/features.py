@@ -53,10 +53,14 @@ def text_layers(mcfg: MatchModelConfig, texts: list[str], checkpoint: Path | Non
     """Per-layer pooled features of `texts`: L+1 arrays of (N, D)."""
     from ..hf_features import hf_text_layer_features
 
-    if mcfg.source == "world":
+    if mcfg.source in ("world", "checkpoint"):
         from ..compare import load_trained
         from ..features import checkpoint_text_features
 
+        if mcfg.source == "checkpoint":
+            checkpoint = Path(mcfg.id)
+            if not (checkpoint / "model.json").is_file():
+                raise ValueError(f"text model {mcfg.id!r}: not a train artifact folder (no model.json)")
         model, cfg = load_trained(checkpoint)
         if cfg.kind == "image_jepa":
             raise ValueError(f"text model {mcfg.id!r} is the image model")

@@ -59,12 +59,25 @@ def class_features(prompt_features: np.ndarray, n_classes: int) -> np.ndarray:
     return l2_normalise(p.reshape(n_classes, len(p) // n_classes, -1).mean(1))
 
 
-def _topk(scores: np.ndarray, perm: np.ndarray, k: int) -> np.ndarray:
+def _topk(scores: np.ndarray, perm: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """(C, C) scores, assigned classes -> (C, k) each cluster's k best classes, the assigned
-    one first (ties with 0 gain cannot push it out)."""
+    one first (ties with 0 gain cannot push it out); other ties in random order (a stable
+    sort would favour the classes listed first)."""
     s = scores.copy()
     s[np.arange(len(perm)), perm] = np.inf
-    return np.argsort(-s, axis=1, kind="stable")[:, :k]
+    return np.lexsort((rng.random(s.shape), -s), axis=1)[:, :k]
+
+
+def _hits(clusters: np.ndarray, labels: np.ndarray, sets: np.ndarray, c: int) -> np.ndarray:
+    """(C classes, C labels) h[v, l]: images labelled l whose cluster lists class v in `sets`
+    ((C clusters, k) classes per cluster): what a score counts, and what null.relabel_pvalue
+    relabels (its trace is the number of hits)."""
+    counts = np.zeros((c, c), dtype=np.int64)  # clusters x labels
+    np.add.at(counts, (clusters, labels), 1)
+    h = np.zeros((c, c), dtype=np.int64)
+    for j in range(sets.shape[1]):
+        np.add.at(h, sets[:, j], counts)
+    return h
 
 
 def match_once(
@@ -77,19 +90,30 @@ def match_once(
     solver: str = "auto",
     restarts: int = 100,
     center: bool = True,
+    clusters: str = "kmeans",
 ) -> dict:
-    """One seed of the protocol. image (N, D_img), labels (N,) in [0, C), classes (C, D_txt)."""
+    """One seed of the protocol. image (N, D_img), labels (N,) in [0, C), classes (C, D_txt).
+    `clusters`: kmeans (C clusters of the images), or items (each of the N = C image vectors is
+    its own cluster: class prototypes, not photos). Also returns `_h1` / `_hk` (null.py's h)."""
     from scipy.optimize import linear_sum_assignment
 
     c = len(classes)
     k = min(top_k, c)
     x = l2_normalise(image)
-    clusters, centres = kmeans(x, c, seed=seed, n_init=n_init)
+    if clusters == "kmeans":
+        assign, centres = kmeans(x, c, seed=seed, n_init=n_init)
+    elif clusters == "items":
+        if len(x) != c:
+            raise ValueError(f"clusters items: each image vector is one cluster, but {len(x)} vectors for {c} classes")
+        assign, centres = np.arange(c), x
+    else:
+        raise ValueError(f"unknown clusters {clusters!r} (kmeans, items)")
+    clusters = assign
     a, b = kernel(centres, center), kernel(classes, center)
     sol = solve(a, b, solver, restarts, seed)
     n = len(labels)
     top1 = float((sol.perm[clusters] == labels).mean())
-    best = _topk(sol.scores, sol.perm, k)  # (C, k)
+    best = _topk(sol.scores, sol.perm, k, np.random.default_rng([seed, 0x70B]))  # (C, k)
     topk = float((best[clusters] == labels[:, None]).any(1).mean())
     counts = np.zeros((c, c), dtype=np.int64)  # clusters x labels
     np.add.at(counts, (clusters, labels), 1)
@@ -109,10 +133,15 @@ def match_once(
         "perm": sol.perm.tolist(),
         "oracle_perm": oracle.tolist(),
         **sol.info,
+        "_h1": _hits(clusters, labels, sol.perm[:, None], c),
+        "_hk": _hits(clusters, labels, best, c),
     }
 
 
 METRICS = ("top1", "topk", "oracle_top1", "oracle_topk", "clusters_matched")
+
+
+TOPK_MIN_CLASSES = 11  # at C <= 10 a top-5 is half the classes (chance 50%): top-1 only is reported
 
 
 def match_classes(
@@ -126,8 +155,15 @@ def match_classes(
     restarts: int = 100,
     center: bool = True,
     confidence: float = 0.95,
+    clusters: str = "kmeans",
+    null_draws: int = 100_000,
 ) -> dict:
-    """The protocol over seeds: per-seed records and mean [t interval] of every metric."""
+    """The protocol over seeds: per-seed records, mean [t interval] of every metric (the
+    spread over k-means and solver seeds), the relabelling p-values of top-1 and top-k (the
+    test of "better than ignoring the labels": null.relabel_pvalue) and the labelled-means
+    diagnostic with the rank of the true matching (null.true_matching_rank)."""
+    from .null import relabel_pvalue, true_matching_rank
+
     labels = np.asarray(labels, dtype=np.int64)
     c = len(classes)
     if len(image) != len(labels):
@@ -135,13 +171,20 @@ def match_classes(
     if labels.min() < 0 or labels.max() >= c:
         raise ValueError(f"labels must lie in [0, {c}) for {c} classes, got [{labels.min()}, {labels.max()}]")
     k = min(top_k, c)
-    runs = [match_once(image, labels, classes, s, top_k, n_init, solver, restarts, center) for s in seeds]
+    runs = [match_once(image, labels, classes, s, top_k, n_init, solver, restarts, center, clusters) for s in seeds]
+    h1, hk = sum(r.pop("_h1") for r in runs), sum(r.pop("_hk") for r in runs)
+    pvalues = {"top1": relabel_pvalue(h1, null_draws, seeds[0])}
+    if c >= TOPK_MIN_CLASSES:
+        pvalues["topk"] = relabel_pvalue(hk, null_draws, seeds[0])
     x = l2_normalise(image)
-    means_matched = None
+    means_matched = truth = None
     if len(np.unique(labels)) == c:  # every class has images: its labelled mean exists
         means = np.stack([x[labels == j].mean(0) for j in range(c)])
-        sol = solve(kernel(means, center), kernel(classes, center), solver, restarts, seeds[0])
+        a, b = kernel(means, center), kernel(classes, center)
+        sol = solve(a, b, solver, restarts, seeds[0])
         means_matched = float((sol.perm == np.arange(c)).mean())
+        truth = true_matching_rank(a, b, None, min(null_draws, 10_000), seeds[0])
+        truth["objective_found"] = sol.objective
     key = {"topk": f"top{k}", "oracle_topk": f"oracle_top{k}"}
     summary = {m: mean_ci([r[key.get(m, m)] for r in runs], confidence) for m in METRICS}
     return {
@@ -150,9 +193,13 @@ def match_classes(
         "k": k,
         "chance_top1": 1 / c,
         "chance_topk": k / c,
+        "report_topk": c >= TOPK_MIN_CLASSES,
         "seeds": list(seeds),
         "solver": runs[0]["solver"],
+        "clusters": clusters,
+        "pvalues": pvalues,
         "class_means_matched": means_matched,
+        "true_matching": truth,
         "summary": summary,
         "runs": runs,
     }

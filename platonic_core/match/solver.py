@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 EXACT_MAX = 10  # 10! complete assignments; 11! would need ~40M rows in memory
+TIE_TOL = 1e-9  # relative: objective values this close are one value (summation order differs)
 
 
 def standardise_kernel(k: np.ndarray) -> np.ndarray:
@@ -81,16 +82,15 @@ def two_opt(a: np.ndarray, b: np.ndarray, perm: np.ndarray, max_iter: int = 10_0
     return perm
 
 
-def solve_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The maximiser of f over all C! permutations (C <= EXACT_MAX), level by level: after
-    level k every partial assignment of clusters 0..k-1 carries its score, and adding
-    cluster k with class v adds 2·Σ_{t<k} A[t,k]·B[π(t), v] (A, B symmetric, zero diagonal).
-    Enumerated in C branches (the class of cluster 0), so the arrays stay cache-sized."""
+def enumerate_objectives(a: np.ndarray, b: np.ndarray):
+    """Every one of the C! assignments with its f (C <= EXACT_MAX), in C chunks (the class of
+    cluster 0): yields (perms (M, C), f (M,)). Level by level: after level k every partial
+    assignment of clusters 0..k-1 carries its score, and adding cluster k with class v adds
+    2·Σ_{t<k} A[t,k]·B[π(t), v] (A, B symmetric, zero diagonal), so the arrays stay cache-sized."""
     c = a.shape[0]
     if c > EXACT_MAX:
         raise ValueError(f"the exact solver enumerates C! assignments: C = {c} > {EXACT_MAX}; use solver faq")
     a, b = a.astype(np.float64), b.astype(np.float64)
-    best_perm, best_f = None, -np.inf
     for first in range(c):
         perms = np.array([[first]], dtype=np.int64)  # (M, k): classes of clusters 0..k-1
         scores = np.zeros(1)
@@ -104,10 +104,27 @@ def solve_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             rows, cols = np.nonzero(~used)  # each partial assignment's free classes
             scores = scores[rows] + 2 * gain[rows, cols]
             perms = np.concatenate([perms[rows], cols[:, None]], axis=1)
-        i = int(np.argmax(scores))
-        if scores[i] > best_f:
-            best_perm, best_f = perms[i], scores[i]
-    return best_perm
+        yield perms, scores
+
+
+def _tied(values: np.ndarray, best: float) -> np.ndarray:
+    """Indices of the values equal to `best` up to round-off (what counts as a tie)."""
+    return np.flatnonzero(values >= best - TIE_TOL * max(1.0, abs(best)))
+
+
+def solve_exact(a: np.ndarray, b: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    """The maximiser of f over all C! permutations (C <= EXACT_MAX). Ties are broken uniformly
+    at random by `rng` (default: seed 0): taking the first would return the identity when a
+    kernel is constant, which any score that lists classes in label order reads as perfect."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    found = []  # per chunk: its best f, how many assignments tie at it, one of them drawn uniformly
+    for perms, f in enumerate_objectives(a, b):
+        t = _tied(f, float(f.max()))
+        found.append((float(f.max()), len(t), perms[t[rng.integers(len(t))]]))
+    best_f = max(m for m, _, _ in found)
+    at_best = [(n, p) for m, n, p in found if m >= best_f - TIE_TOL * max(1.0, abs(best_f))]
+    counts = np.array([n for n, _ in at_best], dtype=np.float64)
+    return at_best[int(rng.choice(len(at_best), p=counts / counts.sum()))][1]  # uniform over every tie
 
 
 def solve_faq(a: np.ndarray, b: np.ndarray, restarts: int, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
@@ -115,15 +132,20 @@ def solve_faq(a: np.ndarray, b: np.ndarray, restarts: int, rng: np.random.Genera
     the best by f. Also returns how many starts reached that best (a confidence signal)."""
     from scipy.optimize import quadratic_assignment
 
-    best, best_f, values = None, -np.inf, []
+    values, perms = [], []
     for r in range(max(1, restarts)):
+        # each start sees the classes in a random order: FAQ's linear steps break ties by index,
+        # so with a flat kernel it would return the classes in label order
+        order = rng.permutation(len(b))
         opts = {"maximize": True, "P0": "barycenter" if r == 0 else "randomized", "rng": rng}
-        res = quadratic_assignment(a, b, method="faq", options=opts)
-        perm = two_opt(a, b, np.asarray(res.col_ind))
+        res = quadratic_assignment(a, b[np.ix_(order, order)], method="faq", options=opts)
+        perm = two_opt(a, b, order[np.asarray(res.col_ind)])
         f = objective(a, b, perm)
         values.append(f)
-        if f > best_f + 1e-9:
-            best, best_f = perm, f
+        perms.append(perm)
+    best_f = max(values)
+    at_best = _tied(np.asarray(values), best_f)
+    best = perms[int(rng.choice(at_best))]  # ties at random, not the first start's
     hits = int(sum(abs(v - best_f) <= 1e-6 * max(1.0, abs(best_f)) for v in values))
     return best, {"restarts": len(values), "restarts_at_best": hits}
 
@@ -144,7 +166,7 @@ def solve(a: np.ndarray, b: np.ndarray, method: str = "auto", restarts: int = 10
     if method == "auto":
         method = "exact" if c <= EXACT_MAX else "faq"
     if method == "exact":
-        perm, info = solve_exact(a, b), {"solver": "exact"}
+        perm, info = solve_exact(a, b, np.random.default_rng(seed)), {"solver": "exact"}
     elif method == "faq":
         perm, info = solve_faq(a, b, restarts, np.random.default_rng(seed))
         info["solver"] = "faq+2opt"

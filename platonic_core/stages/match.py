@@ -35,6 +35,15 @@ def match_image(call: StageCall):
     from ..match.features import image_features
 
     set_torch_threads(call.cfg.threads)
+    if call.cfg.image_model.source == "classifier":  # class prototypes: the rows match_data recorded
+        import pyarrow.parquet as pq
+
+        from ..realdata.prototypes import classifier_prototypes
+
+        rows = pq.read_table(call.input("data") / "labels.parquet", columns=["image"])["image"].to_numpy()
+        feats = classifier_prototypes(call.cfg.image_model.id or "efficientnet_lite0")[rows]
+        save_features([feats], call.out / "features.npz")
+        return {"images": len(feats), "dim": int(feats.shape[1])}, {}
     images = load_images(call.input("data"))
     model = call.inputs["model"].path if "model" in call.inputs else None
     feats = image_features(call.cfg.image_model, images, not isinstance(images, np.ndarray), model)
@@ -79,6 +88,11 @@ def match(call: StageCall):
         for cs, models in result["scores"].items()
         for model, r in models.items()
         for metric in ("top1", "topk", "oracle_top1", "oracle_topk")
+    } | {
+        f"p_{metric}/{cs}/{model}": p["p"]
+        for cs, models in result["scores"].items()
+        for model, r in models.items()
+        for metric, p in r["pvalues"].items()
     }
     return {"cells": sum(len(v) for v in result["scores"].values())}, metrics
 
@@ -96,8 +110,8 @@ MATCH_SPECS: dict[str, StageSpec] = {
             ("data",),
             ("labels.parquet", "classes.json", "(world, fashion_mnist: images.npy)"),
             match_data,
-            "labelled images and class names: the world's single-object scenes, Fashion-MNIST (IDX) or an "
-            "ImageFolder (ImageNet-100)",
+            "labelled images and class names: the world's single-object scenes, Fashion-MNIST (IDX), an "
+            "ImageFolder (ImageNet-100) or ImageNet classes as classifier rows (prototypes)",
             inputs=lambda cfg, i: {"world": "world"} if cfg.data.source == "world" else {},
             log_files=("classes.json",),
         ),
@@ -124,12 +138,13 @@ MATCH_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "match",
-            2,
+            3,
             ("match",),
             ("scores.json", "table.md", "match.png"),
             match,
-            "pair-free matching per seed: k-means clusters, kernels, the quadratic assignment; top-1/top-k "
-            "against chance and the labelled oracle, t intervals over seeds",
+            "pair-free matching per seed: k-means clusters (or prototypes as their own), kernels, the quadratic "
+            "assignment; top-1/top-k against chance, the relabelling p-value and the labelled oracle, the rank of "
+            "the true matching, t intervals over seeds",
             inputs=lambda cfg, i: (
                 {"data": "match_data", "image": "match_image"}
                 | {f"text:{m}": f"match_text:{m}" for m in cfg.text_models}
