@@ -211,7 +211,7 @@ def test_missing_java_is_one_clear_line(monkeypatch):
 
 
 @java
-def test_scores_match_the_literature_s_scale_and_the_ceiling_is_scored_without_its_own_caption():
+def test_scores_match_the_literature_s_scale_and_a_caption_from_its_own_embedding_is_scored_without_it():
     from platonic.core.caption.score import score_systems
 
     refs = {
@@ -222,14 +222,14 @@ def test_scores_match_the_literature_s_scale_and_the_ceiling_is_scored_without_i
     systems = {
         "copy": {i: r[0] for i, r in refs.items()},  # a reference itself: near-perfect against itself
         "wrong": {"1": refs["2"][0], "2": refs["3"][0], "3": refs["1"][0]},
-        "ceiling": {i: r[0] for i, r in refs.items()},
+        "text_embedding": {i: r[0] for i, r in refs.items()},
     }
-    own = {"ceiling": {i: r[1:] for i, r in refs.items()}}  # the ceiling is not scored against its source
+    own = {"text_embedding": {i: r[1:] for i, r in refs.items()}}  # not scored against the caption it came from
     s = score_systems(refs, systems, ["bleu", "rouge", "cider"], own)  # METEOR: test_caption_flow.py
     assert set(s["copy"]) == {"BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D"}
     assert s["copy"]["BLEU-4"] > 90 and s["copy"]["ROUGE-L"] > 90
-    assert s["wrong"]["CIDEr-D"] < s["ceiling"]["CIDEr-D"] < s["copy"]["CIDEr-D"]
-    assert s["ceiling"]["BLEU-4"] < 90
+    assert s["wrong"]["CIDEr-D"] < s["text_embedding"]["CIDEr-D"] < s["copy"]["CIDEr-D"]
+    assert s["text_embedding"]["BLEU-4"] < 90
 
 
 def test_world_references_are_complete_distinct_and_reproducible():
