@@ -40,18 +40,22 @@ def test_world_captions_through_one_map_logged_and_reported(tiny_run):
     res = caption_flow(cfg.model_dump(mode="json"), base.model_dump(mode="json"))
     s = res["summary"]
     assert set(s["encoders"]) == {"good", "ntp"} and s["seeds"] == [0, 1] and s["n_images"] == 16
-    expected = {"ceiling", "lstsq@10", "lstsq@all", "pairfree", "floor_shuffled"}
+    conditionings = {"text_embedding", "lstsq@10", "lstsq@all", "pairfree", "floor_shuffled"}
+    expected = conditionings | {f"{m}/nearest" for m in conditionings}  # each beside its retrieval baseline
     for rows in s["encoders"].values():
         assert set(rows) == expected
         for m, metrics in rows.items():
-            assert set(metrics) >= {"BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D"}
+            assert set(metrics) >= {"BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D", "shape R", "count R", "background R"}
             assert len(metrics["CIDEr-D"]["per_seed"]) == 2 and metrics["CIDEr-D"]["mean"] >= 0
-            assert ("map_R@1" in metrics) == (m != "ceiling")
+            assert ("map_R@1" in metrics) == (not m.startswith("text_embedding"))
     assert set(s["once"]) == {"frequent", "human"} and s["frequent_caption"]
     assert s["once"]["human"]["CIDEr-D"] > s["once"]["frequent"]["CIDEr-D"]  # a true caption beats a constant one
+    # a true caption of the scene states exactly its attributes: the grammar's reader and the truth agree
+    assert all(s["once"]["human"][f"{k} {pr}"] == 1.0 for k in ("shape", "colour", "position") for pr in "PR")
     folder = Path(res["output_dir"])
     table = (folder / "table.md").read_text()
     assert "| good | pair-free rotation (no pair) |" in table and "another true caption of the image" in table
+    assert "CIDEr-D: nearest caption" in table and "| shape P / R |" in table and "ceiling" not in table
     assert "data:image/png;base64," in (folder / "examples.html").read_text()
     assert "![s0000400](example_00.png)" in (folder / "examples.md").read_text()
     assert (folder / "example_01.png").is_file() and (folder / "curve.png").is_file()
@@ -126,10 +130,12 @@ def test_the_coco_recipe_runs_on_local_standins(tmp_path, prefect_harness):
     res = caption_flow(cfg.model_dump(mode="json"), None)
     s = res["summary"]
     assert s["n_images"] == 16 and s["references_per_image"] == 2.0
-    assert set(s["encoders"]["bert"]) == {"ceiling", "lstsq@4", "lstsq@all", "procrustes@4", "procrustes@all"} | {
-        "pairfree",
-        "floor_shuffled",
-    }
+    conditionings = {"text_embedding", "lstsq@4", "lstsq@all", "procrustes@4", "procrustes@all", "pairfree"}
+    conditionings |= {"floor_shuffled"}
+    assert set(s["encoders"]["bert"]) == conditionings | {f"{m}/nearest" for m in conditionings}
+    assert not any(
+        k.endswith((" P", " R")) for k in s["encoders"]["bert"]["lstsq@all"]
+    )  # no scene attributes off-world
     runs = nested_runs(res)
     data = runs["caption_data"]
     # the Karpathy JSONs are inputs with digests: the cache (and MLflow's datasets) see them

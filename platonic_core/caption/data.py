@@ -4,8 +4,10 @@ and its digest depend on these files and not on the world's grammar or an image 
     pairs.parquet          image_id, text          the map's image-caption pairs (one caption per image)
     decoder_texts.parquet  image_id, text          the decoder's training captions (text only)
     references.parquet     image_id, ref_index, text   every reference caption of each eval image
-    conditions.parquet     image_id, text          per eval image, the caption the ceiling decodes from
+    conditions.parquet     image_id, text          per eval image, a true caption whose text embedding is decoded
     images.parquet         image_id, role, render_row, path   where each image lives (role: pairs | eval)
+    attributes.parquet     image_id, shape, colour, ...   each eval scene's true attributes (world only:
+                           caption/attributes.py)
 
 Images stay where they are (the world's renders.npy by row, or files by path): a real
 training split is tens of thousands of photos. `load_images` reads them batch by batch.
@@ -68,6 +70,8 @@ def world_data(
     """The synthetic world as captioning data (see CaptionDataConfig): map pairs and decoder
     texts from the training scenes, several references per eval scene."""
     from ..world import load_scenes, more_captions
+    from ..world.captions import scene_attributes
+    from .attributes import write_attributes
 
     scenes = load_scenes(world_dir)
     t = pq.read_table(dedup_dir / "texts.parquet", columns=["image_id", "text_id", "source_kind", "text"]).to_pylist()
@@ -85,7 +89,7 @@ def world_data(
     refs, conds = [], []
     for i in eval_ids:
         index, scene, _ = scenes[i]
-        # the world's eval caption, then more annotators; one more for the ceiling to decode
+        # the world's eval caption, then more annotators; one more whose text embedding is decoded
         more = more_captions(scene, index, world_cfg, cfg.references)
         refs += [(i, r, x) for r, x in enumerate([eval_caption[i], *more[:-1]])]
         conds.append((i, more[-1]))
@@ -96,6 +100,7 @@ def world_data(
         "render_row": pa.array([scenes[i][0] for i in ids], pa.int32()),  # a scene's index is its render row
         "path": [""] * len(ids),
     }
+    write_attributes({i: scene_attributes(scenes[i][1], world_cfg.grid) for i in eval_ids}, out / "attributes.parquet")
     return _write_caption_data(out, [(i, first[i]) for i in train], [(r[0], r[2]) for r in texts], refs, conds, images)
 
 
@@ -113,8 +118,8 @@ def _karpathy(s: EvalSetConfig, default_split: str, field: str):
 def karpathy_data(cfg: CaptionDataConfig, out: Path) -> dict[str, int]:
     """Karpathy JSONs as captioning data: map pairs (each `pairs` image with its first
     caption), decoder texts (every caption of `texts`), eval images with all their captions as
-    references; the ceiling decodes from each eval image's first caption (and is scored
-    against the others: see caption/evaluate.py)."""
+    references; the decoder also reads each eval image's first caption's text embedding (and
+    is scored against the others: see caption/evaluate.py)."""
     p_ids, p_caps, p_paths = _karpathy(cfg.pairs, "train", "pairs")
     t_ids, t_caps, _ = _karpathy(cfg.texts, "train", "texts")
     e_ids, e_caps, e_paths = _karpathy(cfg.eval, "test", "eval")

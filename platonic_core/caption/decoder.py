@@ -133,6 +133,73 @@ def build_lm(cfg: DecoderConfig, tok) -> nn.Module:
     )
 
 
+def heldout_split(groups: list[str], frac: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows, held-out rows) of texts whose images are `groups`: `frac` of the
+    distinct images held out, every caption of an image on one side (a held-out caption's
+    scene is never read in training). Fixed by `seed`, not by the decoder's seed: every seed
+    is selected on the same split. `frac` 0: no held-out rows."""
+    rows = np.arange(len(groups))
+    if frac <= 0:
+        return rows, rows[:0]
+    images = sorted(set(groups))
+    k = int(round(frac * len(images)))
+    if not 1 <= k < len(images):
+        raise ValueError(
+            f"decoder.heldout {frac}: {len(images)} images cannot be split into training and held-out captions"
+        )
+    held = {images[j] for j in np.random.default_rng(seed).choice(len(images), k, replace=False)}
+    out = np.array([g in held for g in groups])
+    return rows[~out], rows[out]
+
+
+class EarlyStopping:
+    """The held-out losses of one training: the best so far (its step and a copy of the
+    weights) and whether `patience` measurements in a row failed to improve on it."""
+
+    def __init__(self, patience: int | None):
+        self.patience = patience
+        self.curve: list[tuple[int, float]] = []
+        self.best_step, self.best_loss, self.best_state = -1, math.inf, None
+        self.since_best = 0
+
+    def update(self, step: int, loss: float, state: Callable[[], dict] | None = None) -> bool:
+        """Record the held-out loss after `step`; True when it is the best so far (then
+        `state()`, the weights to keep, is called)."""
+        self.curve.append((step, loss))
+        if loss < self.best_loss:
+            self.best_step, self.best_loss, self.since_best = step, loss, 0
+            self.best_state = state() if state is not None else None
+            return True
+        self.since_best += 1
+        return False
+
+    @property
+    def stop(self) -> bool:
+        return self.patience is not None and self.since_best >= self.patience
+
+
+@torch.no_grad()
+def heldout_loss(
+    model: PrefixDecoder, cond: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, batch_size: int
+) -> float:
+    """Next-token cross-entropy per predicted token over all rows (clean conditioning, no
+    noise: the selection must not depend on a noise draw)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for s in range(0, len(ids), batch_size):
+        m = mask[s : s + batch_size]
+        t = int(m.sum(1).max())
+        n = int(m[:, 1:t].sum())  # the tokens predicted (all but each caption's start)
+        loss = model.loss(
+            cond[s : s + batch_size].to(device), ids[s : s + batch_size, :t].to(device), m[:, :t].to(device)
+        )
+        total, count = total + float(loss) * n, count + n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
 def train_decoder(
     cond: np.ndarray,
     texts: list[str],
@@ -141,35 +208,47 @@ def train_decoder(
     out: Path,
     tok=None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    groups: list[str] | None = None,
 ) -> dict:
     """Fit the decoder on (embedding of a caption, that caption) and save it under `out`
     (lm/ via save_pretrained in safetensors, with the tokenizer; prefix.safetensors;
-    decoder.json). cond: (N, Dc). Returns a summary (losses, steps)."""
+    decoder.json). cond: (N, Dc); `groups`: each text's image (None: one per text), so that
+    the held-out split (cfg.heldout) keeps an image's captions together. Saved: the step with
+    the lowest held-out loss (the last step when nothing is held out). Returns a summary
+    (losses, steps, the held-out curve, the step kept)."""
     if len(cond) != len(texts):
         raise ValueError(f"{len(cond)} embeddings for {len(texts)} texts")
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     tok = tok if tok is not None else build_tokenizer(texts, cfg)
     device = _device(cfg.device)
+    train_rows, held_rows = heldout_split(groups if groups is not None else [str(k) for k in range(len(texts))],
+                                          cfg.heldout)  # fmt: skip
     model = PrefixDecoder(build_lm(cfg, tok), cond.shape[1], cfg.prefix_len)
-    c = torch.from_numpy(np.ascontiguousarray(cond, dtype=np.float32))  # (N, Dc)
+    c_all = torch.from_numpy(np.ascontiguousarray(cond, dtype=np.float32))  # (N, Dc)
+    ids_all, mask_all = encode_captions(tok, texts, cfg.max_len)  # (N, T)
+    c, ids, mask = c_all[train_rows], ids_all[train_rows], mask_all[train_rows]
     model.cond_mean.copy_(c.mean(0))
     model.cond_std.copy_(c.std(0).clamp_min(1e-6))
     model.to(device).train()
-    ids, mask = encode_captions(tok, texts, cfg.max_len)  # (N, T)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warm = max(1, int(cfg.warmup_frac * cfg.steps))
 
-    def lr_at(step: int) -> float:  # linear warmup, then cosine to a tenth
+    def lr_at(step: int) -> float:  # linear warmup, then cosine to a tenth at the budget
         if step < warm:
             return (step + 1) / warm
         p = (step - warm) / max(1, cfg.steps - warm)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    stopper = EarlyStopping(cfg.patience)
+
+    def weights() -> dict:
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
     losses = []
     for step in range(cfg.steps):
-        b = torch.randint(len(texts), (cfg.batch_size,), generator=g)
+        b = torch.randint(len(c), (cfg.batch_size,), generator=g)
         t = int(mask[b].sum(1).max())  # this batch's longest caption
         loss = model.loss(c[b].to(device), ids[b, :t].to(device), mask[b, :t].to(device), cfg.noise)
         opt.zero_grad()
@@ -178,10 +257,31 @@ def train_decoder(
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if on_log is not None and (step % 50 == 0 or step == cfg.steps - 1):
-            on_log(step, {"loss": float(np.mean(losses[-50:]))})
+        done = step + 1
+        logged = {}
+        if len(held_rows) and (done % cfg.eval_every == 0 or done == cfg.steps):
+            h = heldout_loss(model, c_all[held_rows], ids_all[held_rows], mask_all[held_rows], cfg.batch_size)
+            stopper.update(done, h, weights)
+            logged["heldout_loss"] = h
+        if on_log is not None and (step % 50 == 0 or done == cfg.steps or logged):
+            on_log(step, {"loss": float(np.mean(losses[-50:])), **logged})
+        if stopper.stop:
+            break
+    if stopper.best_state is not None:
+        model.load_state_dict(stopper.best_state)
     save_decoder(model.cpu(), tok, out)
-    return {"steps": cfg.steps, "final_loss": float(np.mean(losses[-50:])), "first_loss": losses[0]}
+    return {
+        "steps": len(losses),
+        "budget": cfg.steps,
+        "stopped_early": len(losses) < cfg.steps,
+        "kept_step": stopper.best_step if stopper.best_state is not None else len(losses),
+        "heldout_loss": None if stopper.best_state is None else stopper.best_loss,
+        "heldout_curve": stopper.curve,
+        "heldout_texts": int(len(held_rows)),
+        "train_texts": int(len(train_rows)),
+        "final_loss": float(np.mean(losses[-50:])),
+        "first_loss": losses[0],
+    }
 
 
 def save_decoder(model: PrefixDecoder, tok, out: Path) -> None:

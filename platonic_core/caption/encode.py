@@ -1,7 +1,7 @@
 """Features of the captioning data with one encoder, one layer (`caption_text`, `caption_image`).
 
 A text encoder embeds the decoder's training captions, the map's pair captions and the
-ceiling's conditioning captions; the image encoder embeds the pair images and the eval images.
+conditioning captions (true captions of the eval images); the image encoder embeds the pair images and the eval images.
 Each goes to `features.npz` under its role's name (`decoder_texts`, `pairs`, `conditions`;
 `pairs`, `eval`), rows in the data's file order.
 

@@ -31,17 +31,18 @@ def run_decoders(
     on_log: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> dict:
     """One text-only decoder per seed (out/seed_<s>/), all on the decoder texts and their
-    embeddings by this text encoder; `max_texts` keeps a random subset (fixed across seeds)."""
-    _, texts = read_texts(data_dir, "decoder_texts")
+    embeddings by this text encoder; `max_texts` keeps a random subset (fixed across seeds).
+    Each is selected on the same held-out images' captions (decoder.heldout)."""
+    groups, texts = read_texts(data_dir, "decoder_texts")
     feats = load_roles(text_dir)["decoder_texts"]
     if cfg.max_texts is not None and cfg.max_texts < len(texts):
         keep = np.sort(np.random.default_rng(0).choice(len(texts), cfg.max_texts, replace=False))
-        texts, feats = [texts[k] for k in keep], feats[keep]
+        texts, feats, groups = [texts[k] for k in keep], feats[keep], [groups[k] for k in keep]
     tok = build_tokenizer(texts, cfg)  # one vocabulary for every seed
     summary = {}
     for seed in seeds:
         log = None if on_log is None else (lambda step, m, s=seed: on_log(s, step, m))
-        summary[str(seed)] = train_decoder(feats, texts, cfg, seed, out / f"seed_{seed}", tok, log)
+        summary[str(seed)] = train_decoder(feats, texts, cfg, seed, out / f"seed_{seed}", tok, log, groups)
     (out / "decoders.json").write_text(json.dumps({"texts": len(texts), "seeds": summary}, indent=1))
     return {"texts": len(texts), "vocab": len(tok), "seeds": summary}
 
@@ -66,8 +67,9 @@ def run_report(
 ) -> dict:
     """The table over encoders and seeds (summary.json, table.md, curve.png) and the examples
     page (examples.md with example_NN.png, examples.html): the first `examples` eval images
-    with their references and, per encoder, the first seed's ceiling, paired-on-all and
-    pair-free captions."""
+    with their references and, per encoder, the first seed's captions from a true caption's
+    text embedding, through the paired map on all pairs (and that map's nearest training
+    caption) and through the pair-free map."""
     import pyarrow.parquet as pq
 
     from ..report import caption_examples, caption_plot, caption_table
@@ -96,7 +98,7 @@ def run_report(
             for enc in eval_dirs:
                 methods = [m for (e, m) in gens.get(i, {}) if e == enc]
                 paired_all = [m for m in methods if m.endswith("@all")]
-                for m in ["ceiling", *paired_all[:1], "pairfree"]:
+                for m in ["text_embedding", *paired_all[:1], *(f"{m}/nearest" for m in paired_all[:1]), "pairfree"]:
                     if (enc, m) in gens[i]:
                         caps[f"{enc} · {m}"] = gens[i][(enc, m)]
             caps["most frequent caption"] = summary.get("frequent_caption", "")

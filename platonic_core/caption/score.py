@@ -67,8 +67,8 @@ def score_systems(
 ) -> dict[str, dict[str, float]]:
     """Corpus scores (×100) of every system: `systems[name][image id] = caption`, scored on
     the images it captions against `references[image id]` (or, for a system named in
-    `system_references`, against its own reference sets: the ceiling, never scored against
-    the caption it decoded from)."""
+    `system_references`, against its own reference sets: captions decoded from a true
+    caption's embedding, never scored against the caption they decoded from)."""
     require_scorer()
     system_references = system_references or {}
     # one tokenizer call for everything: keys "<system>\t<image>" and "ref\t<set>\t<image>"

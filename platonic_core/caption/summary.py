@@ -13,20 +13,23 @@ import re
 from ..stats import mean_ci
 
 HEADLINE = ("CIDEr-D", "BLEU-4")
+NEAREST = "/nearest"  # a method's retrieval row: the nearest training caption to the same conditioning
 
 
 def method_order(methods: list[str]) -> list[str]:
-    """ceiling, the paired maps (by kind, then N ascending, "all" last), pair-free, floors."""
+    """The decoder on the text embedding, the paired maps (by kind, then N ascending, "all"
+    last), pair-free, floors; each decoder row followed by its nearest-caption row."""
 
     def key(m: str):
-        if m == "ceiling":
-            return (0, "", 0)
-        if "@" in m:
-            kind, n = m.split("@")
-            return (1, kind, float("inf") if n == "all" else int(n))
-        if m == "pairfree":
-            return (2, "", 0)
-        return (3, m, 0)
+        base, nearest = m.removesuffix(NEAREST), m.endswith(NEAREST)
+        if base == "text_embedding":
+            return (0, "", 0, nearest)
+        if "@" in base:
+            kind, n = base.split("@")
+            return (1, kind, float("inf") if n == "all" else int(n), nearest)
+        if base == "pairfree":
+            return (2, "", 0, nearest)
+        return (3, base, 0, nearest)
 
     return sorted(methods, key=key)
 
@@ -43,7 +46,7 @@ def summarize(evals: dict[str, dict], confidence: float = 0.95) -> dict:
             metrics = sorted({k for v in per_seed.values() for k in v.get(m, {})})
             rows[m] = {}
             for k in metrics:
-                values = [per_seed[s][m][k] for s in sorted(per_seed) if k in per_seed[s].get(m, {})]
+                values = [per_seed[s][m][k] for s in sorted(per_seed) if per_seed[s].get(m, {}).get(k) is not None]
                 rows[m][k] = {**mean_ci(values, confidence), "per_seed": values}
         out["encoders"][enc] = rows
         out["once"] = ev["scores"].get("all", {})  # the same for every encoder

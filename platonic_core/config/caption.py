@@ -28,13 +28,13 @@ class CaptionDataConfig(Section):
     - world: the base recipe's synthetic world. Map pairs: every training scene's first
       render with its first recaption; decoder texts: the training texts of kinds
       `decoder_kinds` (after dedup); eval: the held-out scenes, each with its eval caption plus
-      `references − 1` more complete recaptions, and one more recaption that conditions the
-      ceiling (never among the references).
+      `references − 1` more complete recaptions, and one more recaption whose text embedding
+      the decoder reads (never among the references), and the eval scenes' true attributes.
     - karpathy: Karpathy JSONs (dataset_coco.json / dataset_flickr30k.json): `pairs` (the
       map's image-caption pairs, e.g. Flickr30k train: each image with its first caption),
       `texts` (the decoder's captions, text only, e.g. COCO train: every caption), `eval`
-      (e.g. COCO test: images with all their captions as references; the ceiling conditions on
-      the first and is scored against the others).
+      (e.g. COCO test: images with all their captions as references; the decoder reads the
+      first's text embedding, scored against the others).
     """
 
     source: Literal["world", "karpathy"] = "world"
@@ -66,7 +66,13 @@ class DecoderConfig(Section):
     texts; `hf`: any transformers causal LM (`id`), fine-tuned with its own tokenizer.
     `noise`: Gaussian noise (std, in units of each dimension's spread over the training
     embeddings) added to the conditioning while training, as CapDec does: a mapped image
-    feature is never exactly a caption's embedding, and the decoder learns to tolerate that."""
+    feature is never exactly a caption's embedding, and the decoder learns to tolerate that.
+    Training runs to convergence on a held-out split of the decoder's own training captions
+    (never the eval set): `heldout` of the images whose captions it reads are set aside
+    (all captions of an image on one side), their loss (clean conditioning) is measured every
+    `eval_every` steps, the checkpoint with the lowest is kept, and training stops after
+    `patience` measurements without improvement or at `steps` (the budget). `heldout: 0`: no
+    split, the last step is kept."""
 
     source: Literal["scratch", "hf"] = "scratch"
     id: str | None = None
@@ -79,7 +85,12 @@ class DecoderConfig(Section):
     max_len: int = Field(48, ge=8, le=8192)  # caption tokens (start and end included)
     prefix_len: int = Field(4, ge=1, le=1024)
     noise: float = Field(0.5, ge=0)
-    steps: int = Field(600, ge=1, le=1_000_000_000)
+    steps: int = Field(600, ge=1, le=1_000_000_000)  # the most steps (the budget); early stopping may end sooner
+    heldout: float = Field(0.05, ge=0, lt=1)  # fraction of the decoder texts' images held out for selection
+    eval_every: int = Field(100, ge=1, le=1_000_000_000)  # steps between held-out losses (and always at the last step)
+    patience: int | None = Field(
+        5, ge=1, le=1_000_000
+    )  # held-out losses without improvement before stopping (None: never)
     batch_size: int = Field(64, ge=1, le=1_048_576)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.01, ge=0)
@@ -139,10 +150,11 @@ class CaptionMapsConfig(Section):
 class CaptionEvalConfig(Section):
     """Captions for the held-out images, scored with pycocoevalcap (PTB tokenizer; BLEU-4,
     METEOR, ROUGE-L, CIDEr-D ×100; SPICE needs a download and is not offered). Java is needed
-    by the PTB tokenizer and METEOR. Bounds: `ceiling` (decode from a true caption's own text
-    embedding: no image) and floors: `shuffled` (the paired map on all pairs applied to
-    shuffled eval images) and `frequent` (the most frequent decoder training caption for every
-    image)."""
+    by the PTB tokenizer and METEOR. Besides the maps: `text_embedding` (the decoder reads a
+    true caption's own text embedding: no image; a test of the decoder), every conditioning
+    also answered by the nearest training caption (retrieval baseline); the bound `human`
+    (another true caption), floors `floor_shuffled` (the paired map on all pairs applied to
+    shuffled eval images) and `frequent` (the most frequent decoder training caption)."""
 
     metrics: list[Literal["bleu", "meteor", "rouge", "cider"]] = ["bleu", "meteor", "rouge", "cider"]
     max_new_tokens: int = Field(40, ge=1, le=8192)

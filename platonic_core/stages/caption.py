@@ -67,6 +67,10 @@ def caption_decoder(call: StageCall):
 
     res = run_decoders(call.input("data"), call.input("text"), call.cfg.decoder, list(call.cfg.seeds), call.out, on_log)
     stats = {f"final_loss_seed_{s}": v["final_loss"] for s, v in res["seeds"].items()}
+    for s, v in res["seeds"].items():  # the kept checkpoint: its step and held-out loss
+        stats[f"kept_step_seed_{s}"] = v["kept_step"]
+        if v["heldout_loss"] is not None:
+            stats[f"heldout_loss_seed_{s}"] = v["heldout_loss"]
     return {"texts": res["texts"], "vocab": res["vocab"], "decoders": len(res["seeds"])}, stats
 
 
@@ -156,12 +160,19 @@ CAPTION_SPECS: dict[str, StageSpec] = {
     for s in [
         StageSpec(
             "caption_data",
-            1,
+            2,
             ("data",),
-            ("pairs.parquet", "decoder_texts.parquet", "references.parquet", "conditions.parquet", "images.parquet"),
+            (
+                "pairs.parquet",
+                "decoder_texts.parquet",
+                "references.parquet",
+                "conditions.parquet",
+                "images.parquet",
+                "attributes.parquet (world)",
+            ),
             caption_data,
             "the captioner's data: map pairs, decoder texts (text only), eval images with several references, "
-            "the ceiling's conditioning captions (the world, or Karpathy JSONs)",
+            "a true caption per eval image to decode from, the eval scenes' attributes (the world, or Karpathy JSONs)",
             inputs=lambda cfg, i: {"world": "world", "dedup": "dedup"} if cfg.data.source == "world" else {},
             external=_karpathy_external,
         ),
@@ -189,12 +200,13 @@ CAPTION_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "caption_decoder",
-            1,
+            2,
             ("decoder", "seeds"),
             ("seed_<s>/lm/", "seed_<s>/prefix.safetensors", "decoders.json"),
             caption_decoder,
             "the text-only decoder, one per seed: a causal LM writing each training caption back from a prefix "
-            "made of that caption's frozen text embedding (never an image)",
+            "made of that caption's frozen text embedding (never an image); the step with the lowest loss on "
+            "held-out training captions is kept",
             inputs=lambda cfg, i: {"data": "caption_data", "text": f"caption_text:{i.model}"},
             uses=("threads",),
             log_files=("decoders.json",),
@@ -212,12 +224,13 @@ CAPTION_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "caption_eval",
-            1,
+            2,
             ("eval.metrics", "eval.max_new_tokens", "eval.num_beams", "seeds"),
             ("generations.parquet", "scores.json"),
             caption_eval,
-            "captions of the held-out images through every map, the ceiling and the floors; pycocoevalcap scores "
-            "(PTB tokenizer; BLEU, METEOR, ROUGE-L, CIDEr-D); each map's R@1 on the eval images",
+            "captions of the held-out images through every map and from a true caption's text embedding, each beside "
+            "the nearest training caption, floors and the bound; pycocoevalcap scores "
+            "(PTB tokenizer; BLEU, METEOR, ROUGE-L, CIDEr-D); attribute precision/recall (world); each map's R@1",
             inputs=lambda cfg, i: {
                 "data": "caption_data",
                 "text": f"caption_text:{i.model}",
@@ -230,7 +243,7 @@ CAPTION_SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "caption_report",
-            1,
+            2,
             ("eval.examples", "confidence"),
             ("summary.json", "table.md", "curve.png", "examples.md", "examples.html", "example_NN.png"),
             caption_report,

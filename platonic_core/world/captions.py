@@ -448,3 +448,63 @@ def paraphrase(text: str, cfg: WorldConfig, rng: np.random.Generator) -> str:
     if visual:
         return _tidy(f"{visual.rstrip('.')}, {names}.")
     return _tidy(["{}.", "a photo from {}.", "a picture: {}."][int(rng.integers(3))].format(names))
+
+
+# ---- reading a caption back: the attributes it states ------------------------------------
+
+_ROW_OF = {w: r for r in (0, 2) for w in _ROWS[r]}  # top/upper/high -> 0, bottom/lower/low -> 2
+_COL_OF = {w: c for c in (0, 2) for w in _COLS[c]}  # left/left-hand/west -> 0, right/right-hand/east -> 2
+_POS_WORDS = sorted({*(w for ws in _ROWS + _COLS for w in ws), "center", "area", "spot"}, key=lambda w: (-len(w), w))
+_POS_WORD = "(?:" + "|".join(re.escape(w) for w in _POS_WORDS) + r")(?![\w-])"
+# "in/at/toward the <position words>" or "dead centre"; the words decide the cell, so a
+# wording the grammar never pairs ("in the upper left") still reads as what it says
+_POS_RE = re.compile(rf"(?<![\w-])(?:(?:in|at|toward) the ({_POS_WORD}(?: {_POS_WORD})*)|dead centre(?![\w-]))")
+
+
+def _find_all(text: str, lex: list[tuple[str, str]]) -> list[str]:
+    """Every mention of a lexicon's words in reading order, longest first and never
+    overlapping ("plus sign" is one cross, not a cross and a plus)."""
+    found: list[tuple[int, str]] = []
+    taken = [False] * len(text)
+    for word, name in lex:
+        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text):
+            if not any(taken[m.start() : m.end()]):
+                taken[m.start() : m.end()] = [True] * (m.end() - m.start())
+                found.append((m.start(), name))
+    return [name for _, name in sorted(found)]
+
+
+def mentioned_attributes(text: str) -> dict[str, list]:
+    """What a caption in the captioner's grammar states, read back word by word: the shapes,
+    colours and sizes it names (attribute names, one per mention), the positions (cells of
+    the 3x3 grid), the background(s), and `count`, the number of objects (one per shape
+    mention). Words are not bound to objects: a caption that names a red circle and a blue
+    square states red, blue, circle and square."""
+    body = text.lower()
+    cells = []
+    for m in _POS_RE.finditer(body):
+        words = m.group(1).split() if m.group(1) else []
+        row = next((_ROW_OF[w] for w in words if w in _ROW_OF), 1)
+        col = next((_COL_OF[w] for w in words if w in _COL_OF), 1)
+        cells.append(row * 3 + col)
+    shapes = _find_all(body, _SHAPE_LEX)
+    return {
+        "shape": shapes,
+        "colour": _find_all(body, _COLOUR_LEX),
+        "size": _find_all(body, _SIZE_LEX),
+        "position": cells,
+        "count": len(shapes),
+        "background": _find_all(body, _BG_LEX),
+    }
+
+
+def scene_attributes(scene: Scene, grid: int) -> dict[str, list]:
+    """A scene's true attributes in `mentioned_attributes`'s terms (cells on the 3x3 grid)."""
+    return {
+        "shape": [SHAPES[o.shape] for o in scene.objects],
+        "colour": [COLOURS[o.colour] for o in scene.objects],
+        "size": [SIZES[o.size] for o in scene.objects],
+        "position": [_cell3(o.cell, grid) for o in scene.objects],
+        "count": len(scene.objects),
+        "background": [BACKGROUNDS[scene.background]],
+    }
