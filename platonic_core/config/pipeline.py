@@ -143,9 +143,14 @@ class PromptsConfig(Section):
 
 
 class SamplingConfig(Section):
+    added_fields: ClassVar[frozenset[str]] = frozenset({"stop"})
+
     temperature: float = Field(0.7, ge=0)  # 0 = greedy
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(77, ge=1)
+    # transformers backend: a completion ends at the first of these strings (left out of the
+    # text), e.g. "\n" for a base model prompted with examples, which goes on writing more of them
+    stop: list[str] = []
 
 
 class GenHttpConfig(Section):
@@ -210,6 +215,10 @@ class PositivesConfig(Section):
                         f"positives.models.{task}: source packaged and gguf_file are read by the transformers "
                         f"backend, not by {self.backend!r}"
                     )
+            if self.sampling.stop and self.backend != "transformers":
+                raise ValueError(
+                    f"positives.sampling.stop is read by the transformers backend, not by {self.backend!r}"
+                )
         return self
 
     @field_validator("vllm_python")
