@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from platonic.core.config import (
@@ -307,3 +309,40 @@ def test_from_one_model_forces_only_its_downstream(demo):
     modes = plan(demo, from_="train:good")
     forced = {k for k, v in modes.items() if v == FORCE}
     assert forced == {"train:good", "embed:good", "evaluate"}
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_fields_added_to_a_section_stay_out_of_cache_keys_at_their_default():
+    """A knob added later (positives.sample_items, paraphrase_sources, a generator's source /
+    gguf_file) leaves the dump, hence every cache key, of a recipe that does not set it as it
+    was; set, it is keyed like any field, and the dump validates back to the same recipe."""
+    from platonic.core.config import load_config
+    from platonic.core.contract import cache_key
+    from platonic.core.stages import SPECS
+    from platonic.core.stages.pipeline import instances
+
+    for recipe in ("wordnet.yaml", "demo.yaml"):
+        cfg = load_config(CONFIGS / recipe)
+        plain = cfg.model_dump(mode="json")
+        assert not {"sample_items", "paraphrase_sources"} & set(plain["positives"])
+        assert not {"source", "gguf_file"} & set(plain["positives"]["models"]["paraphrase"])
+        assert type(cfg).model_validate(plain) == cfg
+    cfg = load_config(CONFIGS / "wordnet.yaml")
+    pos = next(i for i in instances(cfg) if i.stage == "positives")
+    same = load_config(CONFIGS / "wordnet.yaml", ["positives.paraphrase_sources=[alt]"])  # the default
+    other = load_config(CONFIGS / "wordnet.yaml", ["positives.sample_items=5"])
+    key = cache_key(SPECS["positives"], pos, cfg, {})
+    assert cache_key(SPECS["positives"], pos, same, {}) == key != cache_key(SPECS["positives"], pos, other, {})
+    assert other.model_dump(mode="json")["positives"]["sample_items"] == 5
+
+
+def test_packaged_and_gguf_generators_are_the_transformers_backends_only():
+    from platonic.core.config import ConfigError, load_config
+
+    model = "positives.models.paraphrase={source: packaged, id: gemma-3-270m}"
+    cfg = load_config(CONFIGS / "demo.yaml", ["positives.backend=transformers", "positives.recaptions=0", model])
+    assert cfg.positives.models.paraphrase.source == "packaged"
+    with pytest.raises(ConfigError, match="read by the transformers backend, not by 'openai'"):
+        load_config(CONFIGS / "demo.yaml", ["positives.backend=openai", "positives.recaptions=0", model])

@@ -452,3 +452,19 @@ def test_webdataset_corpus_recaptions_read_the_tar_members_the_ingest_located(mo
     fails = pq.read_table(tmp_path / "out" / "failures.parquet").to_pylist()
     assert [f["raw"] for f in fails if f["reason"].startswith("image_unavailable")] == ["10002:recap:0"]
     assert counts["input_texts"] == 6 and counts["shards"] == 2
+
+
+def test_a_stop_string_ends_the_completion_before_it(models):
+    """positives.sampling.stop: generation stops at the first stop string and the text ends
+    before it (sampling is seeded, so the run without stop shows where the string comes)."""
+    from platonic.core.positives.transformers_backend import ChatModel
+
+    lm = ChatModel(models["lm"])
+    msgs = [[{"role": "user", "content": "a red square"}]]
+    (full,) = lm.chat(msgs, temperature=1.0, max_tokens=12, seed=3)
+    words = full.text.split()
+    assert len(words) >= 4
+    stop = f" {words[2]}"
+    (cut,) = lm.chat(msgs, temperature=1.0, max_tokens=12, seed=3, stop=[stop])
+    assert cut.text == full.text.split(stop, 1)[0] and stop not in cut.text
+    assert cut.completion_tokens < full.completion_tokens

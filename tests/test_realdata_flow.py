@@ -106,3 +106,75 @@ def test_the_tiny_real_recipe_runs_every_stage(assets, prefect_harness, tmp_path
         assert 0 <= res["models"][m]["mutual_knn"] <= 1 and set(res["models"][m]["subsets"]) == {"dogs"}
     table = (Path(res["output_dir"]) / "table.md").read_text()
     assert "ref: ancestors" in table and "ref: tfidf" in table and "dogs" in table
+
+
+def test_the_gemma_reference_row_is_off_by_default_and_fixed_at_the_last_layer(concepts_dir, tmp_path, monkeypatch):
+    """Gemma costs minutes: no recipe default names it. Named, its row is the last layer
+    (fixed in advance) and the best layer comes beside it as a labelled diagnostic. The
+    packaged Gemma is swapped for a tiny local causal LM (the real loading and pooling path,
+    hf_text_layer_features, runs on it); the real one is the slow run in docs/realdata.md."""
+    from platonic.core.config import ConceptsConfig, EvaluateConfig, load_config
+    from platonic.core.match import features
+    from platonic.core.realdata.references import score_references
+    from platonic.flows.standins import build_generation_standins
+
+    assert "gemma" not in ConceptsConfig().references
+    for recipe in ("wordnet.yaml", "wordnet_tiny.yaml", "wordnet_paraphrase.yaml"):
+        assert "gemma" not in load_config(REPO / "configs" / recipe).concepts.references
+    texts = pq.read_table(concepts_dir / "eval.parquet")["text"].to_pylist()
+    lm = build_generation_standins(tmp_path / "lm", texts)["lm"]
+    monkeypatch.setattr(features, "packaged_model", lambda name: (lm, None) if name == "gemma-3-270m" else 1 / 0)
+    ev = EvaluateConfig(clamp="none", k=10)
+    off = score_references(concepts_dir, ConceptsConfig(references=["tfidf"]), ev, tmp_path, log=lambda s: None)
+    assert set(off) == {"reference_tfidf"}
+    on = score_references(concepts_dir, ConceptsConfig(references=["tfidf", "gemma"]), ev, tmp_path, log=print)
+    rows = json.loads((tmp_path / "references.json").read_text())["rows"]
+    assert set(rows) == {"tfidf", "gemma", "gemma_best_layer"} and set(on) == {f"reference_{r}" for r in rows}
+    assert rows["gemma"]["layer"] == 0 and "last layer (fixed)" in rows["gemma"]["note"]  # the one layer scored
+    assert "diagnostic" in rows["gemma_best_layer"]["note"] and 0 <= rows["gemma_best_layer"]["layer"] <= 2
+    assert rows["gemma_best_layer"]["mutual_knn"] >= rows["gemma"]["mutual_knn"]  # best of 3 layers, last included
+    assert set(rows["gemma"]["subsets"]) == {"dogs"}
+
+
+def test_the_paraphrase_row_runs_through_the_transformers_backend(assets, prefect_harness, tmp_path):
+    """configs/wordnet_paraphrase.yaml at smoke size: a tiny local causal LM (built from a
+    config, never downloaded) in Gemma's place paraphrases the definitions of a seeded sample
+    of the fixture's synsets through the transformers positives backend; the paraphrase model
+    trains on (definition, paraphrase) pairs of those synsets only and is evaluated."""
+    from platonic.core.config import load_config
+    from platonic.flows.pipeline import pipeline
+    from platonic.flows.standins import build_generation_standins
+
+    defs = [line.split(" | ", 1)[1] for line in FIXTURE.read_text().splitlines() if " | " in line]
+    lm = build_generation_standins(tmp_path / "lm", defs)["lm"]
+    small = "{kind: text_jepa, views: good, width: 16, layers: 1, heads: 2, proj_dim: 8, steps: 6, batch_size: 8}"
+    sets = [
+        f"out_dir={tmp_path / 'out'}",
+        f"ingest.paths=[{FIXTURE}]",
+        f"positives.models.paraphrase={{id: {lm}}}",
+        "positives.sample_items=12",
+        "positives.sampling.max_tokens=6",
+        "positives.batch_size=4",
+        "dedup.levels=[exact]",
+        "dedup.remove=[exact]",
+        "concepts.references=[random, tfidf]",
+        "concepts.permutations=2",
+        f"train.models={{paraphrase: {small}}}",
+        "train.threads=1",
+        "evaluate.bootstrap=20",
+    ]
+    cfg = load_config(REPO / "configs" / "wordnet_paraphrase.yaml", sets)
+    res = pipeline(cfg.model_dump(mode="json"))
+    pos = Path(res["stages"]["positives"]["uri"])
+    gens = pq.read_table(pos / "generations.parquet").to_pylist()
+    texts = pq.read_table(pos / "texts.parquet").to_pylist()
+    assert len(gens) == 12 == len({g["image_id"] for g in gens})  # one paraphrase per sampled synset
+    assert {g["task"] for g in gens} == {"paraphrase"} and {g["model"] for g in gens} == {lm}
+    ok = [g for g in gens if g["status"] == "ok"]
+    assert all(texts[g["source_row"]]["source_kind"] == "wn_definition" for g in gens)  # a definition was rewritten
+    assert all(texts[g["source_row"]]["image_id"] == g["image_id"] for g in gens)
+    assert sum(t["source_kind"] == "paraphrase" for t in texts) == len(ok)
+    views = json.loads((Path(res["stages"]["views"]["uri"]) / "manifest.json").read_text())["counts"]
+    # good views: the sampled synsets that kept their definition and paraphrase through dedup
+    assert 0 < views["good_images"] <= len(ok) and views["good_texts"] == 2 * views["good_images"]
+    assert set(res["models"]) == {"paraphrase"} and 0 <= res["models"]["paraphrase"]["mutual_knn"] <= 1

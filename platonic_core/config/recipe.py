@@ -10,10 +10,10 @@ import fnmatch
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from ..resources import read_resource
 
@@ -28,6 +28,19 @@ class ConfigError(ValueError):
 class Section(BaseModel):
     # no float field of a recipe means anything at inf or NaN: refused here, not deep in a stage
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    # fields added after cache keys were published: left out of the dump (the cache keys, the
+    # MLflow params) while they hold their default, so adding a knob to a section leaves every
+    # recipe that does not set it on its cached artifacts; set, they are keyed as any field
+    added_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in self.added_fields:
+            if name in data and getattr(self, name) == type(self).model_fields[name].default:
+                del data[name]
+        return data
 
 
 # every seed reaches numpy, torch or scikit-learn; numpy's legacy seeding and scikit-learn's

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 
 from .backends import make_backend
-from .generate import ShardRun, assemble, generate_shard, read_generations
+from .generate import ShardRun, assemble, generate_shard, read_generations, sample_items
 from .jobs import ChatBackend, ImageSource
 
 if TYPE_CHECKING:
@@ -33,13 +33,18 @@ def _shard_images(
 
 
 def generate_shard_with_own_backend(
-    shard: str, path: Path, cfg: PositivesConfig, work: Path, images_for: Callable[[str], ImageSource | None] | None
+    shard: str,
+    path: Path,
+    cfg: PositivesConfig,
+    work: Path,
+    images_for: Callable[[str], ImageSource | None] | None,
+    items: set[str] | None = None,
 ) -> ShardRun:
     """`generate_shard` in a fan-out worker: it builds its own backend (an HTTP client, a
     model, a vLLM runner) from the recipe, since none of those travel between processes."""
-    return generate_shard(
-        shard, pq.read_table(path).to_pylist(), cfg, make_backend(cfg), work, _shard_images(shard, cfg, images_for)
-    )
+    rows = pq.read_table(path).to_pylist()
+    images = _shard_images(shard, cfg, images_for)
+    return generate_shard(shard, rows, cfg, make_backend(cfg), work, images, items=items)
 
 
 def generate_corpus(
@@ -59,10 +64,13 @@ def generate_corpus(
     earlier run do not count). `mapper(fn, calls) -> results in call order` runs the shards
     elsewhere (the pipeline's Dask fan-out), each worker with a backend of its own."""
     runs, inputs = [], [pq.read_table(path) for _, path in shards]
+    # positives.sample_items: drawn over the whole corpus, so every shard asks for its part of one sample
+    items = sample_items({i for t in inputs for i in t["image_id"].to_pylist()}, cfg)
     if mapper is not None:
         for shard, _ in shards:
             _shard_images(shard, cfg, images_for)  # fail before anything is sent out
-        runs = mapper(generate_shard_with_own_backend, [(shard, path, cfg, work, images_for) for shard, path in shards])
+        calls = [(shard, path, cfg, work, images_for, items) for shard, path in shards]
+        runs = mapper(generate_shard_with_own_backend, calls)
         for r in runs:
             if progress:
                 progress(r)
@@ -70,7 +78,7 @@ def generate_corpus(
         for (shard, _), table in zip(shards, inputs, strict=True):
             runs.append(
                 generate_shard(
-                    shard, table.to_pylist(), cfg, backend, work, _shard_images(shard, cfg, images_for), on_batch
+                    shard, table.to_pylist(), cfg, backend, work, _shard_images(shard, cfg, images_for), on_batch, items
                 )
             )
             if progress:

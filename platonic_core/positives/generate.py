@@ -130,15 +130,19 @@ def provenance(cfg: PositivesConfig, task: str, backend: str) -> dict:
 # ---- requests ------------------------------------------------------------------------------
 
 
-def plan_requests(rows: list[dict], cfg: PositivesConfig) -> list[Request]:
+def plan_requests(rows: list[dict], cfg: PositivesConfig, items: set[str] | None = None) -> list[Request]:
     """Every generation a shard asks for, in a fixed order. `rows`: the shard's texts
-    (TEXT_SCHEMA); recaptions per image, paraphrases per alt-text. An image with several
-    alt-texts gets `paraphrases` per alt-text: index = alt ordinal * paraphrases + i."""
+    (TEXT_SCHEMA); recaptions per image, paraphrases per text of a `paraphrase_sources` kind
+    (the alt-texts by default). An image with several such texts gets `paraphrases` per
+    text: index = text ordinal * paraphrases + i. `items`: only these images (the sample)."""
     first_row: dict[str, int] = {}
     alts: dict[str, list[tuple[int, str]]] = {}
+    kinds = set(cfg.paraphrase_sources)
     for r, row in enumerate(rows):
+        if items is not None and row["image_id"] not in items:
+            continue
         first_row.setdefault(row["image_id"], r)
-        if row["source_kind"] == "alt":
+        if row["source_kind"] in kinds:
             alts.setdefault(row["image_id"], []).append((r, row["text"]))
     out = []
     for image_id in sorted(first_row):
@@ -165,6 +169,16 @@ def _jobs(
                 continue
             msgs = recaption_messages(cfg.prompts.recaption, data, mime)
         yield Job(r, msgs, request_seed(cfg.seed, r.key))
+
+
+def sample_items(image_ids: set[str], cfg: PositivesConfig) -> set[str] | None:
+    """positives.sample_items of the corpus's images (None: all): the first in the order of
+    a hash of (positives.seed, image id), so the sample depends on neither shard layout nor
+    corpus order, and a smaller sample is part of a larger one."""
+    if cfg.sample_items is None:
+        return None
+    rank = sorted(image_ids, key=lambda i: hashlib.sha256(json.dumps([cfg.seed, i]).encode()).digest())
+    return set(rank[: cfg.sample_items])
 
 
 # ---- the shard loop ------------------------------------------------------------------------
@@ -245,19 +259,21 @@ def generate_shard(
     work: Path,
     images: ImageSource | None = None,
     on_batch: Callable[[str, int, int], None] | None = None,
+    items: set[str] | None = None,
 ) -> ShardRun:
     """One input shard -> part files under `work/<shard>/`, then its done marker.
 
     Pure in what it writes: a function of the shard's rows, the recipe and the backend's
     answers. Resumes: rows already in a part are not asked again; a shard with a done
-    marker is not touched. `on_batch(shard, answered, to_ask)` follows progress."""
+    marker is not touched. `on_batch(shard, answered, to_ask)` follows progress; `items`:
+    only these images (positives.sample_items, drawn over the corpus by `sample_items`)."""
     d = Path(work) / shard
     if (d / DONE).is_file():
         return ShardRun(shard, "done", json.loads((d / DONE).read_text()))
     d.mkdir(parents=True, exist_ok=True)
     for stale in d.glob(".part-*.tmp"):  # a part the kill caught half-written
         stale.unlink()
-    reqs = plan_requests(rows, cfg)
+    reqs = plan_requests(rows, cfg, items)
     done = finished_keys(d)
     todo = [r for r in reqs if r.key not in done]
     t0 = time.perf_counter()

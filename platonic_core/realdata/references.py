@@ -1,7 +1,8 @@
 """The rows every real-data score stands beside (the `references` stage): chance-level rows
 (random features, a permutation null), the simplest methods that could explain a score
 (TF-IDF of the same class texts, a text-free vector of each class's WordNet ancestors), and
-pretrained text encoders (all-MiniLM-L6-v2, Gemma-3 270M), each scored against the concept
+pretrained text encoders (all-MiniLM-L6-v2; Gemma-3 270M when `concepts.references` names
+it, minutes on a CPU, at its last layer fixed in advance), each scored against the concept
 set's prototypes with the evaluate stage's own metric settings, on all classes and on each
 subset.
 
@@ -32,6 +33,13 @@ if TYPE_CHECKING:
     from ..config import ConceptsConfig, EvaluateConfig
 
 ENCODERS = {"minilm": "all-MiniLM-L6-v2", "gemma": "gemma-3-270m"}  # packaged models (match/features.py)
+# encoders scored at one layer fixed before any score, not at the best of their layers: Gemma,
+# a causal LM whose best layer for this metric is not known in advance (on the probe it was
+# 16 of 18 unclamped, 13 clamped), so "best" would be picked by the very score it reports.
+# Mean pooling over the last layer is the fixed choice: the pooling every other row uses, and
+# the layer one takes when no labels may choose it.
+# The best layer is reported beside it as `<name>_best_layer`, a diagnostic labelled so.
+FIXED_LAST = ("gemma",)
 
 
 def encoder_layers(name: str, texts: list[str]) -> list[np.ndarray]:
@@ -105,6 +113,10 @@ def score_references(
         elif name == "ancestors":
             hierarchy = NounHierarchy.read(cfg.wordnet)
             rows[name] = one([ancestor_vectors(hierarchy, ids)], "WordNet ancestors, TF-IDF weighted (no text)")
+        elif name in FIXED_LAST:  # the row is the layer fixed in advance; the best layer only a diagnostic
+            rows[name] = one([encoded[name][-1]], f"{ENCODERS[name]}, mean pooling, last layer (fixed)", layers="last")
+            best = one(encoded[name], f"{ENCODERS[name]}, mean pooling, best layer: a diagnostic picked by this score")
+            rows[f"{name}_best_layer"] = best
         else:
             rows[name] = one(encoded[name], f"{ENCODERS[name]}, mean pooling, best layer")
             rows[f"{name}_last"] = one([encoded[name][-1]], f"{ENCODERS[name]}, last layer", layers="last")
