@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from scipy.linalg import orthogonal_procrustes
 
 from ..retrieval import LinearMap
 
@@ -59,12 +60,6 @@ def sinkhorn(cost: np.ndarray, eps: float, iters: int = 100) -> np.ndarray:
 
 def _sqdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0)
-
-
-def procrustes(m: np.ndarray) -> np.ndarray:
-    """The orthogonal R maximising tr(Rᵀ M) (M = Xᵀ T Y): R = U Vᵀ."""
-    u, _, vt = np.linalg.svd(m)
-    return u @ vt
 
 
 def quantile_signs(a: np.ndarray, b: np.ndarray, q: int = 49) -> np.ndarray:
@@ -110,7 +105,8 @@ def _refine(a: np.ndarray, b: np.ndarray, r: np.ndarray, eps: float, iterations:
     matching (Procrustes), repeat. Returns the rotation and its matching's transport cost."""
     for _ in range(iterations):
         cost = _sqdist(a @ r, b)  # (n, m)
-        r = procrustes(a.T @ sinkhorn(cost, eps * float(cost.mean())) @ b)  # (d, d): a @ r ≈ b
+        plan = sinkhorn(cost, eps * float(cost.mean()))  # (n, m)
+        r, _ = orthogonal_procrustes(a, plan @ b)  # (d, d): a @ r ≈ the matched b (U Vᵀ of aᵀ plan b)
     cost = _sqdist(a @ r, b)
     return r, float((sinkhorn(cost, eps * float(cost.mean())) * cost).sum())
 
@@ -144,7 +140,7 @@ def fit_pairfree(
         r = np.eye(d)
     elif p.init == "profiles":
         t = similarity_profiles(a, b, p.epsilon)  # (n', n'): the first n' = min(n, m) points
-        r = procrustes(a[: len(t)].T @ t @ b[: len(t)])
+        r, _ = orthogonal_procrustes(a[: len(t)], t @ b[: len(t)])
     else:
         raise ValueError(f"unknown pair-free init {p.init!r} (axes, profiles)")
     r, cost = _refine(a, b, r, p.epsilon, p.iterations)
@@ -167,7 +163,7 @@ def fit_pairfree(
     info = {"transport_cost": cost, "cost_per_sweep": trace, "flips": flips, "dim": d, "points": [len(a), len(b)]}
     if check_pairs is not None:
         pa, pb = ((check_pairs[0] - xm) / xs) @ px, ((check_pairs[1] - ym) / ys) @ py  # (N, d) each
-        rp = procrustes(pa.T @ pb)
+        rp, _ = orthogonal_procrustes(pa, pb)
         c = _sqdist(a @ rp, b)
         info["paired_rotation_transport_cost"] = float((sinkhorn(c, p.epsilon * float(c.mean())) * c).sum())
         info["paired_rotation_residual"] = float(np.linalg.norm(pa @ rp - pb) / max(np.linalg.norm(pb), 1e-12))
