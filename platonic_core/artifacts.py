@@ -19,9 +19,7 @@ import errno
 import hashlib
 import json
 import logging
-import os
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .durable import DiskFullError, sweep_scratch, write_atomic
+from .durable import DiskFullError, scratch, write_atomic
 
 MANIFEST = "manifest.json"
 # written first into a folder of the user's choosing that a stage works in (`in_place`): the
@@ -199,9 +197,6 @@ def describe_schema(folder: Path) -> dict[str, Any]:
     return out
 
 
-_HOST = socket.gethostname().replace("-", "_")  # `-` separates the pid in a staging name
-
-
 class ForeignFolderError(ValueError):
     """A folder the tool was told to write in holds files it did not write: refused, and
     nothing there is touched. The message is one line naming the folder and what is there."""
@@ -260,8 +255,7 @@ class ArtifactStore:
         """A fresh scratch folder; `commit` moves it into place atomically. Named after this
         host and process, so the scratch of a producer that died (kill -9) is recognised and
         swept here, while another live run's (or another host's, on a shared out_dir) stays."""
-        tmp = self.folder(stage, cache_key).with_name(f".{cache_key}.tmp-{_HOST}-{os.getpid()}")
-        sweep_scratch(tmp.parent)
+        tmp = scratch(self.folder(stage, cache_key).parent, cache_key)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp

@@ -12,9 +12,8 @@ import sys
 
 import pytest
 
-from platonic.core.artifacts import _HOST as HOST
 from platonic.core.artifacts import ArtifactStore, Manifest, folder_digest, verify
-from platonic.core.durable import DiskFullError, disk_full
+from platonic.core.durable import HOST, DiskFullError, disk_full
 
 
 def _commit(store: ArtifactStore, files: dict[str, bytes]) -> Manifest:

@@ -63,7 +63,9 @@ from .readers import (
 )
 from .schema import QUARANTINE_SCHEMA, TEXT_SCHEMA
 
-RULES_VERSION = 2  # bump when the normalisation or the rules change: shard caches re-run
+# bump when the normalisation or the rules change: shard caches re-run (3: the BOM, lone
+# surrogates, repeated columns and length-prefixed keys of issue 33)
+RULES_VERSION = 3
 REASONS = (
     "missing_field",
     "schema_mismatch",

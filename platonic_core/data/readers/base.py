@@ -158,6 +158,7 @@ class Reader:
             "format": self.format,
             "fields": [f.__dict__ for f in self.fields],
             "id_column": getattr(self, "id_column", None),
+            "max_record_bytes": self.cfg.max_record_bytes,  # a longer record is quarantined, unread
         }
 
 
