@@ -114,6 +114,15 @@ def to_read(out_dir: str | os.PathLike) -> Path:
     return path
 
 
+def for_reading(out_dir: str | os.PathLike | None) -> str:
+    """The store of a command that only reads one (table, forecast, lineage, export): the
+    option or its defaults (`chosen`), refused where there is no store (`to_read`), named on
+    stderr (`say`)."""
+    path = to_read(chosen(out_dir))
+    say(path)
+    return str(path)
+
+
 def say(path: Path, stream=None) -> None:
     """One line on stderr naming the store, and `(new)` when nothing was written there yet:
     the line a user reads before a run rebuilds everything in the wrong folder."""

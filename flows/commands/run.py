@@ -218,8 +218,7 @@ def table(
     The Table-7-like grid, rebuilt from the per-cell scores stored in MLflow and logged to that
     run as table.md."""
     with _reported_errors():
-        out_dir = str(store.to_read(store.chosen(out_dir)))
-    store.say(Path(out_dir))
+        out_dir = store.for_reading(out_dir)
     services.embedded_defaults()
     from platonic.core.ablation import grid_table
     from platonic.core.report import ablation_table
@@ -256,8 +255,7 @@ def forecast(
     Fits the saturating law a(n) = a_inf − b·n^−alpha on finished runs and predicts one run at
     another budget, with an interval (runs at that budget are left out of the fit)."""
     with _reported_errors():
-        out_dir = str(store.to_read(store.chosen(out_dir)))
-    store.say(Path(out_dir))
+        out_dir = store.for_reading(out_dir)
     services.embedded_defaults()
     from platonic.core.ablation import forecast_from_cells
     from platonic.tasks.runs import load_ablation_run

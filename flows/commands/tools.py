@@ -66,8 +66,7 @@ def export(
     AutoModel/AutoTokenizer.from_pretrained(DEST) read it; with a model card (README.md) and
     platonic.json (train run, commit, recipe digest, scores, best layer)."""
     with _reported_errors():
-        out_dir = str(store.to_read(store.chosen(out_dir)))
-    store.say(Path(out_dir))
+        out_dir = store.for_reading(out_dir)
     services.embedded_defaults()
     from platonic.core.export import export_pretrained
     from platonic.tasks.lineage import LineageError, export_provenance, train_artifact
@@ -95,8 +94,7 @@ def lineage(
 ) -> None:
     """Trace an evaluation run back to the ingested source."""
     with _reported_errors():
-        out_dir = str(store.to_read(store.chosen(out_dir)))
-    store.say(Path(out_dir))
+        out_dir = store.for_reading(out_dir)
     services.embedded_defaults()
     from platonic.tasks.lineage import LineageError, print_lineage, trace
 
