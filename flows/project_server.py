@@ -177,6 +177,12 @@ class ServerError(RuntimeError):
     """The store's server could not be started or stopped; the message is the one line to say."""
 
 
+def _failed(verb: str, p: subprocess.CompletedProcess) -> ServerError:
+    """`prefect server VERB` failed: its exit code and the last line it said."""
+    said = (p.stderr.strip() or p.stdout.strip()).splitlines()
+    return ServerError(f"prefect server {verb} exited {p.returncode}: {said[-1] if said else 'no output'}")
+
+
 def start(out_dir: Path, answers) -> tuple[ServerRecord, bool]:
     """This store's server: the running one if its record proves it, else a new one started
     with `prefect server start --background`, waited for (`answers(url)`: its health check)
@@ -196,8 +202,7 @@ def start(out_dir: Path, answers) -> tuple[ServerRecord, bool]:
         )
         pid_file = home(out_dir) / "server.pid"
         if p.returncode or not pid_file.exists():
-            said = (p.stderr.strip() or p.stdout.strip()).splitlines()
-            raise ServerError(f"prefect server start exited {p.returncode}: {said[-1] if said else 'no output'}")
+            raise _failed("start", p)
         pid = int(pid_file.read_text())
         deadline = time.monotonic() + STARTUP_S
         while True:
@@ -236,8 +241,7 @@ def stop(out_dir: Path) -> ServerRecord | None:
             return None
         p = prefect_cli(out_dir, "server", "stop")
         if p.returncode:
-            said = (p.stderr.strip() or p.stdout.strip()).splitlines()
-            raise ServerError(f"prefect server stop exited {p.returncode}: {said[-1] if said else 'no output'}")
+            raise _failed("stop", p)
         deadline = time.monotonic() + 30
         while process_start(rec.pid) == rec.pid_start and time.monotonic() < deadline:
             time.sleep(0.2)
