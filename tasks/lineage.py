@@ -194,7 +194,7 @@ def export_provenance(run_id: str, out_dir: str) -> dict:
             "config_digest": pt.get(tracking.CONFIG_DIGEST_TAG),
             "git_commit": pt.get(tracking.GIT_COMMIT_TAG),
         }
-    if model_id := tracking.trained_model_id(c, run_id):
+    if model_id := tracking.trained_model_id(run):
         logged = c.get_logged_model(model_id)
         versions = json.loads(logged.tags.get("mlflow.modelVersions", "[]"))
         prov |= {"model_id": model_id, "registered_name": logged.name, "registered_versions": versions}

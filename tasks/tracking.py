@@ -425,9 +425,9 @@ def log_trained_model(
     return logged.model_id
 
 
-def trained_model_id(c: MlflowClient, train_run_id: str) -> str | None:
-    """The logged model a train run output (its latest), None if it logged none."""
-    outputs = c.get_run(train_run_id).outputs
+def trained_model_id(train_run: Any) -> str | None:
+    """The logged model a train run (an MLflow `Run`) output (its latest), None if it logged none."""
+    outputs = train_run.outputs
     models = sorted(outputs.model_outputs if outputs else [], key=lambda o: o.step)
     return models[-1].model_id if models else None
 
@@ -453,7 +453,8 @@ def log_model_evaluations(
     runs = {}
     for m, s in scores.items():
         train_run = train_runs.get(m)
-        model_id = trained_model_id(c, train_run) if train_run else None
+        train = c.get_run(train_run) if train_run else None
+        model_id = trained_model_id(train) if train else None
         links = f"Model `{m}`: train run {run_link(experiment_id, train_run)}" if train_run else f"Model `{m}`"
         tags = {
             PARENT_TAG: evaluate_run_id,
@@ -463,7 +464,7 @@ def log_model_evaluations(
             **({MODEL_ID_TAG: model_id} if model_id else {}),
         }
         rid = c.create_run(experiment_id, run_name=f"evaluate:{m}", tags=tags).info.run_id
-        params = c.get_run(train_run).data.params if train_run else {}
+        params = train.data.params if train else {}
         log_params(c, rid, {**{k: v for k, v in params.items() if k.startswith("model.")}, **evaluate_params})
         seen = None
         if (ds := datasets.get(m)) is not None:
