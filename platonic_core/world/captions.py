@@ -26,7 +26,7 @@ How the web really writes (knobs `world.alt_*` / `world.eval_*`, all off by defa
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -383,19 +383,27 @@ _NONVISUAL_LEX: list[tuple[str, tuple[int, int]]] = sorted(
 )
 
 
+T = TypeVar("T")  # what a lexicon maps its words to
+
+
 def find_nonvisual(text: str) -> list[tuple[int, int]]:
     """The non-visual concepts (pool, concept) a text names, in reading order. A language
     model knows these names (that "velox athletics" and "velox" are one brand) without seeing
     any image: this is world knowledge of the text kind, not of the scene."""
-    body = text.lower()
-    found: list[tuple[int, tuple[int, int]]] = []
-    taken = [False] * len(body)
-    for word, concept in _NONVISUAL_LEX:
-        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", body):
+    return _find_all(text.lower(), _NONVISUAL_LEX)
+
+
+def _find_all(text: str, lex: list[tuple[str, T]]) -> list[T]:
+    """Every mention of a lexicon's words in reading order, longest first and never
+    overlapping ("plus sign" is one cross, not a cross and a plus)."""
+    found: list[tuple[int, T]] = []  # starts never repeat: the sort never compares two T
+    taken = [False] * len(text)
+    for word, name in lex:
+        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text):
             if not any(taken[m.start() : m.end()]):
                 taken[m.start() : m.end()] = [True] * (m.end() - m.start())
-                found.append((m.start(), concept))
-    return [c for _, c in sorted(found)]
+                found.append((m.start(), name))
+    return [name for _, name in sorted(found)]
 
 
 def _cell3(cell: int, grid: int) -> int:
@@ -459,19 +467,6 @@ _POS_WORD = "(?:" + "|".join(re.escape(w) for w in _POS_WORDS) + r")(?![\w-])"
 # "in/at/toward the <position words>" or "dead centre"; the words decide the cell, so a
 # wording the grammar never pairs ("in the upper left") still reads as what it says
 _POS_RE = re.compile(rf"(?<![\w-])(?:(?:in|at|toward) the ({_POS_WORD}(?: {_POS_WORD})*)|dead centre(?![\w-]))")
-
-
-def _find_all(text: str, lex: list[tuple[str, str]]) -> list[str]:
-    """Every mention of a lexicon's words in reading order, longest first and never
-    overlapping ("plus sign" is one cross, not a cross and a plus)."""
-    found: list[tuple[int, str]] = []
-    taken = [False] * len(text)
-    for word, name in lex:
-        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text):
-            if not any(taken[m.start() : m.end()]):
-                taken[m.start() : m.end()] = [True] * (m.end() - m.start())
-                found.append((m.start(), name))
-    return [name for _, name in sorted(found)]
 
 
 def mentioned_attributes(text: str) -> dict[str, list]:
