@@ -80,7 +80,8 @@ def residual(m: LinearMap, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.linalg.norm(pred - tgt) / max(np.linalg.norm(tgt), 1e-12))
 
 
-def _normalize(a: np.ndarray) -> np.ndarray:
+def unit_rows(a: np.ndarray) -> np.ndarray:
+    """Each row of (N, D) scaled to unit length (a zero row stays zero)."""
     return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
 
 
@@ -88,7 +89,7 @@ def recall_at_k(
     queries: np.ndarray, gallery: np.ndarray, query_group: np.ndarray, gallery_group: np.ndarray, ks=(1, 5)
 ) -> dict[int, float]:
     """Fraction of queries whose top-k gallery items (cosine) include one of their group."""
-    sim = _normalize(queries) @ _normalize(gallery).T  # (Q, G)
+    sim = unit_rows(queries) @ unit_rows(gallery).T  # (Q, G)
     order = np.argsort(-sim, axis=1)
     hit_rank = np.full(len(queries), np.inf)
     match = gallery_group[order] == query_group[:, None]  # (Q, G)

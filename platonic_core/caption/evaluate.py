@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..retrieval import recall_at_k
+from ..retrieval import recall_at_k, unit_rows
 from .attributes import attribute_scores, read_attributes
 from .data import read_references, read_texts
 from .decoder import generate, load_decoder
@@ -62,12 +62,16 @@ def nearest_captions(query: np.ndarray, bank: np.ndarray, texts: list[str], chun
     highest cosine (ties: the first row)."""
     if len(bank) != len(texts):
         raise ValueError(f"{len(bank)} embeddings for {len(texts)} texts")
-    b = bank / np.maximum(np.linalg.norm(bank, axis=1, keepdims=True), 1e-12)  # (M, D)
+    return _nearest(query, unit_rows(bank), texts, chunk)
+
+
+def _nearest(query: np.ndarray, unit_bank: np.ndarray, texts: list[str], chunk: int = 1024) -> list[str]:
+    """`nearest_captions` on a bank already scaled to unit rows (M, D): the bank is scaled
+    once per evaluation, not once per conditioning."""
     out = []
     for s in range(0, len(query), chunk):
-        q = query[s : s + chunk]
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)  # (n, D)
-        out += [texts[k] for k in (q @ b.T).argmax(1)]
+        q = unit_rows(query[s : s + chunk])  # (n, D)
+        out += [texts[k] for k in (q @ unit_bank.T).argmax(1)]
     return out
 
 
@@ -75,8 +79,7 @@ def map_quality(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     """R@1 of each mapped image feature retrieving its own caption's embedding (cosine), and
     the mean cosine between them. pred, truth: (N, D), row k = image k / its caption."""
     ids = np.arange(len(pred))
-    pn = pred / np.maximum(np.linalg.norm(pred, axis=1, keepdims=True), 1e-12)
-    tn = truth / np.maximum(np.linalg.norm(truth, axis=1, keepdims=True), 1e-12)
+    pn, tn = unit_rows(pred), unit_rows(truth)
     return {"map_R@1": recall_at_k(pred, truth, ids, ids, ks=(1,))[1], "map_cosine": float((pn * tn).sum(1).mean())}
 
 
@@ -110,6 +113,10 @@ def run_caption_eval(
     systems: dict[str, dict[str, str]] = {}
     quality: dict[str, dict[str, float]] = {}
     system_refs: dict[str, dict[str, list[str]]] = {}
+    if len(text["decoder_texts"]) != len(decoder_texts):
+        raise ValueError(f"{len(text['decoder_texts'])} embeddings for {len(decoder_texts)} texts")
+    bank = unit_rows(text["decoder_texts"])  # (M, D): the retrieval baseline's gallery
+    near_text = _nearest(text["conditions"], bank, decoder_texts)  # the same for every seed
     for seed in seeds:
         dec, tok = load_decoder(decoder_dir / f"seed_{seed}", device)
         conds = {name: m.predict(image["eval"]) for name, m in maps[seed].items()}  # (N, Dt) each
@@ -119,7 +126,7 @@ def run_caption_eval(
         conds["floor_shuffled"] = maps[seed][floor].predict(image["eval"][perm])
         for name, c in conds.items():
             caps = generate(dec, tok, c, cfg.max_new_tokens, cfg.num_beams, cfg.batch_size)
-            near = nearest_captions(c, text["decoder_texts"], decoder_texts)
+            near = near_text if name == "text_embedding" else _nearest(c, bank, decoder_texts)
             key = f"{seed}|{name}"
             systems[key] = dict(zip(ids, caps, strict=True))
             systems[f"{key}/nearest"] = dict(zip(ids, near, strict=True))
