@@ -68,13 +68,11 @@ def _topk(scores: np.ndarray, perm: np.ndarray, k: int, rng: np.random.Generator
     return np.lexsort((rng.random(s.shape), -s), axis=1)[:, :k]
 
 
-def _hits(clusters: np.ndarray, labels: np.ndarray, sets: np.ndarray, c: int) -> np.ndarray:
+def _hits(counts: np.ndarray, sets: np.ndarray) -> np.ndarray:
     """(C classes, C labels) h[v, l]: images labelled l whose cluster lists class v in `sets`
-    ((C clusters, k) classes per cluster): what a score counts, and what null.relabel_pvalue
-    relabels (its trace is the number of hits)."""
-    counts = np.zeros((c, c), dtype=np.int64)  # clusters x labels
-    np.add.at(counts, (clusters, labels), 1)
-    h = np.zeros((c, c), dtype=np.int64)
+    ((C clusters, k) classes per cluster), from `counts` (C clusters, C labels): what a score
+    counts, and what null.relabel_pvalue relabels (its trace is the number of hits)."""
+    h = np.zeros_like(counts)
     for j in range(sets.shape[1]):
         np.add.at(h, sets[:, j], counts)
     return h
@@ -133,8 +131,8 @@ def match_once(
         "perm": sol.perm.tolist(),
         "oracle_perm": oracle.tolist(),
         **sol.info,
-        "_h1": _hits(clusters, labels, sol.perm[:, None], c),
-        "_hk": _hits(clusters, labels, best, c),
+        "_h1": _hits(counts, sol.perm[:, None]),
+        "_hk": _hits(counts, best),
     }
 
 
