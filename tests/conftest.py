@@ -90,6 +90,12 @@ def tiny_run(tmp_path_factory, prefect_harness):
     return out, pipeline(cfg.model_dump(mode="json"))
 
 
+def dead_pid() -> int:
+    """The pid of a process that has exited (a child that printed its pid): what a killed
+    producer leaves in a scratch folder's name."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+
+
 class DemoProcess:
     """`platonic demo --json [--set ...]` as a user types it, in a fresh folder, as a child
     process. It gets a PREFECT_HOME of its own so that its temporary Prefect server never shares

@@ -7,10 +7,9 @@ import errno
 import json
 import logging
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import dead_pid
 
 from platonic.core.artifacts import ArtifactStore, Manifest, folder_digest, verify
 from platonic.core.durable import HOST, DiskFullError, disk_full
@@ -60,11 +59,11 @@ def test_manifest_location_is_relative_to_the_store(tmp_path):
 
 def test_staging_sweeps_scratch_of_dead_producers_on_this_host_only(tmp_path):
     store = ArtifactStore(tmp_path)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = dead_pid()
     parent = store.folder("views", "k0").parent
-    stale = parent / f".k0.tmp-{HOST}-{int(dead.stdout)}"
+    stale = parent / f".k0.tmp-{HOST}-{dead}"
     live = parent / f".k2.tmp-{HOST}-{os.getppid()}"
-    other_host = parent / f".k3.tmp-elsewhere-{int(dead.stdout)}"
+    other_host = parent / f".k3.tmp-elsewhere-{dead}"
     for d in (stale, live, other_host):
         d.mkdir(parents=True)
     store.staging("views", "k1")

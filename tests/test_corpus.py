@@ -13,6 +13,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import dead_pid
 
 from platonic.core.artifacts import folder_digest
 from platonic.core.config import IngestConfig, load_config
@@ -731,13 +732,6 @@ def test_vectorised_whitespace_rule_is_pythons():
     assert reasons.to_pylist() == ["empty_text", None, "missing_field"]
 
 
-def _dead_pid() -> int:
-    import subprocess
-    import sys
-
-    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
-
-
 def test_the_shard_cache_sweeps_the_scratch_of_killed_workers_on_this_host_only(tmp_path):
     """A worker killed mid-shard left `.<key>.tmp-<pid>` in the shard cache for good (no sweep
     covered it). Its scratch is now named after host and pid, and the next shard ingested
@@ -750,9 +744,7 @@ def test_the_shard_cache_sweeps_the_scratch_of_killed_workers_on_this_host_only(
     src.mkdir()
     pq.write_table(recap_table([recap_row(j) for j in range(4)]), src / "train-00000.parquet")
     cache = tmp_path / "cache"
-    dead, live, elsewhere = (
-        cache / f".k.tmp-{h}-{p}" for h, p in ((HOST, _dead_pid()), (HOST, os.getppid()), ("b", 1))
-    )
+    dead, live, elsewhere = (cache / f".k.tmp-{h}-{p}" for h, p in ((HOST, dead_pid()), (HOST, os.getppid()), ("b", 1)))
     for d in (dead, live, elsewhere):
         (d / "texts").mkdir(parents=True)
     counts, results = run([src], tmp_path)

@@ -149,10 +149,6 @@ class _Answer200(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _process_start(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-
-
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="the proof reads /proc (Linux)")
 def test_a_squatter_on_the_recorded_port_is_never_attached_to(tmp_path):
     """Before: any HTTP 200 on 127.0.0.1:4200 was taken for `platonic server`. Now a store's
@@ -161,7 +157,7 @@ def test_a_squatter_on_the_recorded_port_is_never_attached_to(tmp_path):
     while the recorded pid is another process of ours: not proven, and the attach path of a
     real command (a child process) sends it nothing. The same record naming the squatter's
     own pid and start time is proven: the check is not vacuous."""
-    from platonic.flows.project_server import ServerRecord, proven_url, proves
+    from platonic.flows.project_server import ServerRecord, process_start, proven_url, proves
 
     squatter = http.server.HTTPServer(("127.0.0.1", 0), _Answer200)
     threading.Thread(target=squatter.serve_forever, daemon=True).start()
@@ -170,7 +166,7 @@ def test_a_squatter_on_the_recorded_port_is_never_attached_to(tmp_path):
     out = tmp_path / "store"
     (out / "prefect").mkdir(parents=True)
     try:
-        ServerRecord(port, sleeper.pid, _process_start(sleeper.pid)).write(out)
+        ServerRecord(port, sleeper.pid, process_start(sleeper.pid)).write(out)
         assert proves(ServerRecord.read(out)) == f"port {port} is held by another process"
         assert proven_url(out) is None
         attach = "from platonic.flows import services; print(services.use_local_server(sys.argv[1]))"
@@ -187,7 +183,7 @@ def test_a_squatter_on_the_recorded_port_is_never_attached_to(tmp_path):
         ServerRecord(port, os.getpid(), "1").write(out)
         assert proves(ServerRecord.read(out)) == f"pid {os.getpid()} is another process now"
         # the positive control: the record of the process that does hold the socket
-        ServerRecord(port, os.getpid(), _process_start(os.getpid())).write(out)
+        ServerRecord(port, os.getpid(), process_start(os.getpid())).write(out)
         assert proven_url(out) == f"http://127.0.0.1:{port}/api"
         assert oct(os.stat(out / "prefect" / "server.json").st_mode & 0o777) == "0o600"
     finally:

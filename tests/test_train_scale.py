@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import dead_pid
 from safetensors.torch import load_file
 
 from platonic.core.config import ModelConfig, ViewsConfig
@@ -356,9 +357,8 @@ def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, 
     there sweeps what dead processes of this host left; a live process's stays."""
     from platonic.core.durable import HOST
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     ck = tmp_path / "ck"
-    stale = ck / f".step_000000005.tmp-{HOST}-{int(dead.stdout)}"
+    stale = ck / f".step_000000005.tmp-{HOST}-{dead_pid()}"
     live = ck / f".step_000000007.tmp-{HOST}-{os.getppid()}"
     for d in (stale, live):
         d.mkdir(parents=True)
