@@ -35,6 +35,7 @@ def files(tmp_path):
     pq.write_table(pa.table({f"layer_{i}": list(x[i]) for i in range(3)}), tmp_path / "d.parquet")
     np.save(tmp_path / "nan.npy", np.full((120, 16), np.nan, np.float32))
     np.save(tmp_path / "short.npy", x[0, :50])
+    np.save(tmp_path / "flat.npy", np.ones((120, 16), np.float32))  # every sample one point (issue 33)
     # files from anywhere: corrupt, forged, pickled
     (tmp_path / "corrupt.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
     with open(tmp_path / "huge.npy", "wb") as f:  # the header claims 36 TB, the file holds 64 bytes
@@ -64,6 +65,7 @@ def test_best_layer_pair_across_formats(files):
     "args,needle",
     [
         (("a.npy", "nan.npy"), "NaN"),
+        (("a.npy", "flat.npy"), "every sample is the same point"),
         (("a.npy", "short.npy"), "sample counts differ"),
         (("short.npy", "short.npy", "--k", "50"), "at least k+1"),
         (("a.npy", "missing.npy"), "no such feature file"),
