@@ -123,6 +123,20 @@ def test_second_run_executes_no_stage_body(first_run, monkeypatch):
     parent = MlflowClient(again["tracking_uri"]).get_run(again["run_id"]).data.tags
     runs = {k.removeprefix("platonic.reused."): v for k, v in parent.items() if k.startswith("platonic.reused.")}
     assert runs == {name: s["run_id"] for name, s in res["stages"].items()}
+    # one query answers "which run produced this input", for the rerun and the first run alike
+    from platonic.tasks.lineage import stage_producers, trace
+
+    c = MlflowClient(again["tracking_uri"])
+    (flow_run,) = c.search_runs(
+        [again["experiment_id"]], f"tags.`platonic.reused.train:good` = '{res['models']['good']['train_run_id']}'"
+    )
+    assert flow_run.info.run_id == again["run_id"]
+    assert stage_producers(c, again["run_id"]) == {i: s["run_id"] for i, s in res["stages"].items()}
+    assert stage_producers(c, res["run_id"]) == {i: s["run_id"] for i, s in res["stages"].items()}
+    # lineage of the rerun starts at the evaluate run it reused
+    tree = trace(again["run_id"], str(out))
+    assert tree["run_id"] == res["evaluate_run_id"] and tree["produced_by"] == res["evaluate_run_id"]
+    assert tree["config"]["evaluate.k"] == "5" and tree["upstream"]
     # Prefect shows the reuse: every stage task run ended Cached; the flow run is named after the recipe
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
