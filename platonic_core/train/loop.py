@@ -215,15 +215,16 @@ def train_model(
     t_log, samples_log, tokens_log = t0, start * cfg.batch_size, 0
     steps_bar = bar(range(start, steps), desc=desc, unit="step", disable=not show_progress or rank != 0)
 
+    def checkpoint(steps_done: int, samples: int) -> None:  # rank 0 writes, every rank waits for it
+        if rank == 0:
+            save_train_state(state_dir, model, opt, sampler, steps_done, samples)
+        if world > 1:
+            dist.barrier()
+
     def stop_before(step: int) -> None:  # Ctrl-C: keep the state after `step` steps, then stop
         if state_dir is not None and step > start:
-            if rank == 0:
-                save_train_state(state_dir, model, opt, sampler, step, step * cfg.batch_size)
-            if world > 1:
-                dist.barrier()
-        kept = (
-            f"a rerun resumes from {latest_checkpoint(state_dir)}" if latest_checkpoint(state_dir) else "nothing saved"
-        )
+            checkpoint(step, step * cfg.batch_size)
+        kept = f"a rerun resumes from {c}" if (c := latest_checkpoint(state_dir)) else "nothing saved"
         raise interrupt.Interrupted(f"{desc} stopped at step {step} of {steps}; {kept}")
 
     for step in _stoppable(steps_bar, stop_before):
@@ -280,10 +281,7 @@ def train_model(
         if step + 1 in snaps and on_snapshot is not None and rank == 0:
             on_snapshot(step + 1, model)
         if state_dir is not None and every and done // every > step * cfg.batch_size // every and step + 1 < steps:
-            if rank == 0:
-                save_train_state(state_dir, model, opt, sampler, step + 1, done)
-            if world > 1:
-                dist.barrier()
+            checkpoint(step + 1, done)
     steps_bar.close()
     model.eval()
     seconds = time.perf_counter() - t0
