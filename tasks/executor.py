@@ -429,12 +429,11 @@ def run_instance(
     inputs: dict[str, Manifest],
     mode: str,
     ctx: RunContext,
-    wait_for: Sequence[State] = (),
     **kw: Any,
 ) -> Manifest:
-    """One instance, as a task run when inside a flow (drawn after the task runs of
-    `wait_for`)."""
-    return _complete(_run(inst, cfg, inputs, mode, ctx, wait_for, **kw)[0])
+    """One instance, as a task run when inside a flow (a flow's single stage: `run_instances`
+    draws the edges between several)."""
+    return _complete(_run(inst, cfg, inputs, mode, ctx, **kw)[0])
 
 
 def _complete(m: Manifest) -> Manifest:
