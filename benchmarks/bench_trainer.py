@@ -31,7 +31,7 @@ import torch
 
 from platonic.core.config import ModelConfig
 from platonic.core.models import build_model, resolve_dims
-from platonic.core.objectives import SIGReg, lejepa_loss, next_token_loss
+from platonic.core.objectives import SIGReg, lejepa_loss
 from platonic.core.train import resolve_device, train_model, use_bf16
 
 
@@ -141,8 +141,7 @@ def main() -> None:
                 _, z = bare_net(x.flatten(0, 1), m.flatten(0, 1))
                 loss, _ = lejepa_loss(z.view(a.views, a.batch, -1), sigreg, cfg.lam, step)
             else:
-                logits = bare_net(dev_batch["input_ids"], dev_batch["attention_mask"])
-                loss = next_token_loss(logits, dev_batch["input_ids"], dev_batch["attention_mask"])
+                loss = bare_net(dev_batch["input_ids"], dev_batch["attention_mask"], loss="mean")
                 loss.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()

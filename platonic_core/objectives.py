@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 
 def _distributed() -> bool:
@@ -123,12 +122,72 @@ def lejepa_loss(
     return loss, {"prediction": prediction.item(), "sigreg": reg.item()}
 
 
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Σ_i CE(h_i·Wᵀ, y_i) with its gradients taken in the same pass, chunk by chunk of rows.
+
+    The (N, V) logits never exist at once and nothing of size V is kept for backward: each
+    chunk's softmax becomes its gradient in place (p − onehot), which is multiplied into
+    ∂h and accumulated into ∂W at once; backward only scales the two by the incoming grad.
+    Exact (fp32 logits and log-sum-exp), the same sum as F.cross_entropy over h @ Wᵀ; one
+    exp pass per logit (log-sum-exp and softmax share it)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w: torch.Tensor, target: torch.Tensor, chunk: int) -> torch.Tensor:
+        with torch.autocast(h.device.type, enabled=False):  # logits and softmax in fp32
+            hf, wf = h.float(), w.float()  # (N, D), (V, D)
+            need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+            grad_h = torch.empty_like(hf) if need_grad else None
+            grad_w = torch.zeros_like(wf) if need_grad else None
+            loss = hf.new_zeros(())
+            for s in range(0, hf.size(0), chunk):
+                hc, tc = hf[s : s + chunk], target[s : s + chunk]  # (C, D), (C,)
+                logits = hc @ wf.T  # (C, V)
+                picked = logits.gather(1, tc[:, None])  # (C, 1): the targets' logits
+                top = logits.amax(-1, keepdim=True)  # (C, 1)
+                e = logits.sub_(top).exp_()  # one exp pass, in place: (C, V)
+                z = e.sum(-1, keepdim=True)  # (C, 1)
+                loss += (top + z.log() - picked).sum()  # Σ log-sum-exp − target logit
+                if need_grad:
+                    p = e.div_(z)  # the softmax
+                    p[torch.arange(len(tc), device=p.device), tc] -= 1  # ∂loss/∂logits
+                    torch.mm(p, wf, out=grad_h[s : s + chunk])
+                    grad_w.addmm_(p.T, hc)
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.dtypes = (h.dtype, w.dtype)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad_h, grad_w = ctx.saved_tensors
+        dh, dw = ctx.dtypes
+        return (grad_h * grad).to(dh), (grad_w * grad).to(dw), None, None
+
+
+def linear_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, reduction: str = "mean", chunk: int = 128
+) -> torch.Tensor:
+    """Cross-entropy of the logits h @ weight.T against `target`, fused with the output layer
+    (`_LinearCrossEntropy`): h (N, D), weight (V, D), target (N,) -> scalar (`mean` or `sum`).
+    `chunk` rows at a time: 128 keeps a chunk's logits in cache at V = 8,000 (2 cores:
+    benchmarks/bench_trainer.py --kind both)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be mean or sum, not {reduction!r}")
+    total = _LinearCrossEntropy.apply(h, weight, target, chunk)
+    return total / max(target.numel(), 1) if reduction == "mean" else total
+
+
 def next_token_loss(
-    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, reduction: str = "mean"
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Cross-entropy of predicting token t+1 from tokens ≤ t (mean, or `sum` over the real
-    targets: the trainer divides by the global target count under DDP). logits: (B, T, V)."""
-    target = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)  # (B, T-1)
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=-100, reduction=reduction
-    )
+    targets: the trainer divides by the global target count under DDP). hidden: (B, T, D)
+    last-layer states; head_weight: (V, D) the output layer (no bias). Only positions whose
+    next token is real go through the output layer: padding costs no vocabulary work."""
+    real = attention_mask[:, 1:] != 0  # (B, T-1)
+    h = hidden[:, :-1][real]  # (n, D): the positions with a target
+    target = input_ids[:, 1:][real]  # (n,)
+    return linear_cross_entropy(h, head_weight, target, reduction)

@@ -20,7 +20,7 @@ import pytest
 import torch
 from scipy.integrate import quad
 
-from platonic.core.objectives import EppsPulley, SIGReg, lejepa_loss, next_token_loss
+from platonic.core.objectives import EppsPulley, SIGReg, lejepa_loss, linear_cross_entropy, next_token_loss
 
 T_MAX, N_POINTS = 3.0, 17
 
@@ -228,27 +228,70 @@ def test_unknown_loss_form_raises():
 
 def test_next_token_loss_ignores_padding():
     torch.manual_seed(7)
-    b, t, v = 3, 6, 11
+    b, t, v, d = 3, 6, 11, 5
     ids = torch.randint(5, v, (b, t))
     lengths = [6, 4, 2]
     mask = torch.zeros(b, t, dtype=torch.long)
     for r, n in enumerate(lengths):
         mask[r, :n] = 1
         ids[r, n:] = 0  # [PAD]
-    logits = torch.randn(b, t, v)
-    loss = next_token_loss(logits, ids, mask)
+    hidden, head = torch.randn(b, t, d), torch.randn(v, d)
+    loss = next_token_loss(hidden, head, ids, mask)
 
     # by hand: position p predicts token p+1, counted iff token p+1 is real
-    logp = torch.log_softmax(logits, -1)
+    logp = torch.log_softmax(hidden @ head.T, -1)
     terms = [-logp[r, p, ids[r, p + 1]] for r, n in enumerate(lengths) for p in range(n - 1)]
     assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-5)
+    assert next_token_loss(hidden, head, ids, mask, "sum").item() == pytest.approx(
+        torch.stack(terms).sum().item(), rel=1e-5
+    )
 
-    # logits at padded positions (and at the last real position, which would predict a pad)
+    # states at padded positions (and at the last real position, which would predict a pad)
     # do not matter
-    changed = logits.clone()
+    changed = hidden.clone()
     for r, n in enumerate(lengths):
-        changed[r, n - 1 :] = torch.randn(t - n + 1, v) * 100
-    assert next_token_loss(changed, ids, mask).item() == pytest.approx(loss.item(), rel=1e-6)
-    # ... whereas logits at a real position do
-    changed[1, 0] += torch.randn(v) * 10
-    assert next_token_loss(changed, ids, mask).item() != pytest.approx(loss.item(), rel=1e-3)
+        changed[r, n - 1 :] = torch.randn(t - n + 1, d) * 100
+    assert next_token_loss(changed, head, ids, mask).item() == pytest.approx(loss.item(), rel=1e-6)
+    # ... whereas states at a real position do
+    changed[1, 0] += torch.randn(d) * 10
+    assert next_token_loss(changed, head, ids, mask).item() != pytest.approx(loss.item(), rel=1e-3)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_linear_cross_entropy_equals_logits_then_cross_entropy(chunk, reduction):
+    """The fused output layer + cross-entropy gives F.cross_entropy(h @ W.T)'s value and
+    gradients (h and W) for any chunking of the rows: it is the same objective, computed
+    without the (N, V) logits."""
+    g = torch.Generator().manual_seed(3)
+    n, d, v = 50, 8, 97
+    h = torch.randn(n, d, generator=g, dtype=torch.float64).float().requires_grad_()
+    w = (torch.randn(v, d, generator=g) * 0.5).requires_grad_()
+    target = torch.randint(0, v, (n,), generator=g)
+    ref = torch.nn.functional.cross_entropy(h @ w.T, target, reduction=reduction)
+    gh, gw = torch.autograd.grad(3.0 * ref, (h, w))  # an upstream factor, as a loss scale is
+    got = linear_cross_entropy(h, w, target, reduction, chunk=chunk)
+    fh, fw = torch.autograd.grad(3.0 * got, (h, w))
+    assert got.item() == pytest.approx(ref.item(), rel=1e-5)
+    torch.testing.assert_close(fh, gh, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fw, gw, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_cross_entropy_in_fp32_under_bf16_autocast():
+    """Under bf16 autocast the logits and log-sum-exp stay fp32 (a bf16 softmax over 8,000
+    words loses the loss's third digit); the gradients come back in the inputs' dtypes."""
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(40, 16, generator=g).bfloat16().requires_grad_()
+    w = torch.randn(300, 16, generator=g).requires_grad_()
+    target = torch.randint(0, 300, (40,), generator=g)
+    ref = torch.nn.functional.cross_entropy(h.float() @ w.T, target)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = linear_cross_entropy(h, w, target)
+    assert got.dtype == torch.float32 and got.item() == pytest.approx(ref.item(), rel=1e-6)
+    got.backward()
+    assert h.grad.dtype == torch.bfloat16 and w.grad.dtype == torch.float32
+
+
+def test_linear_cross_entropy_rejects_an_unknown_reduction():
+    with pytest.raises(ValueError, match="reduction"):
+        linear_cross_entropy(torch.randn(2, 3), torch.randn(4, 3), torch.tensor([0, 1]), "none")

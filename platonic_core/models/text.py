@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
+from ..objectives import next_token_loss
 from .pooling import masked_mean
 from .projector import projector
 
@@ -93,11 +94,19 @@ class CausalLM(nn.Module):
                 eos_token_id=sp.get("sep", 3),
                 pad_token_id=sp.get("pad", 0),
                 tie_word_embeddings=tie_embeddings,
+                # GPT-2's tanh GELU as one fused kernel (gelu_new is the same formula in five ops)
+                activation_function="gelu_pytorch_tanh",
             )
         )
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.lm(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss: str | None = None) -> torch.Tensor:
+        """The logits (B, T, V); with `loss` ("mean" or "sum") the next-token loss instead, the
+        output layer fused into it (no (B, T, V) logits kept): how training calls it, so the
+        call goes through forward (DDP, torch.compile) and only real targets meet the vocabulary."""
+        h = self.lm.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, D)
+        if loss is None:
+            return self.lm.lm_head(h)  # (B, T, V)
+        return next_token_loss(h, self.lm.lm_head.weight, input_ids, attention_mask, loss)
 
     @torch.no_grad()
     def layer_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:

@@ -468,7 +468,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "train",
-            2,
+            3,  # 3: next-token's output layer fused into its cross-entropy; GPT-2's GELU one kernel
             ("seed", "train.models.{model}"),
             ("model.safetensors", "model.json", "tokenizer.json"),
             train,

@@ -28,7 +28,7 @@ from safetensors.torch import save_model
 
 from .. import interrupt
 from ..models import ImageEncoder, build_model, save_checkpoint
-from ..objectives import SIGReg, lejepa_loss, next_token_loss
+from ..objectives import SIGReg, lejepa_loss
 from ..progress import bar
 from ..tokenizer import DEFAULT_SPECIALS, load_tokenizer, special_ids
 from .checkpoint import latest_checkpoint, load_train_state, save_train_state
@@ -102,11 +102,10 @@ def compute_loss(
         _, z = model(ImageEncoder.prepare(imgs.flatten(0, 1)))
         return lejepa_loss(z.view(v, n, -1), sigreg, cfg.lam, step, cfg.loss_form)
     if cfg.kind == "causal_lm":
-        logits = model(batch["input_ids"], batch["attention_mask"])
         if ntp_tokens is None:
-            loss = next_token_loss(logits, batch["input_ids"], batch["attention_mask"])
-            return loss, {"ntp": loss.item()}
-        loss = next_token_loss(logits, batch["input_ids"], batch["attention_mask"], reduction="sum") / ntp_tokens
+            loss = model(batch["input_ids"], batch["attention_mask"], loss="mean")
+        else:
+            loss = model(batch["input_ids"], batch["attention_mask"], loss="sum") / ntp_tokens
         return loss, {"ntp": loss.item()}
     raise ValueError(f"unknown kind {cfg.kind!r}")
 

@@ -1,0 +1,130 @@
+"""A next-token step against a JEPA step of the same width and batch, measured in one run.
+
+    python benchmarks/bench_ntp_step.py                        # widths 64 and 256, V = 8,000
+    python benchmarks/bench_ntp_step.py --widths 64 --vocab 30522 --rounds 5
+
+Each step is the train loop's own (`compute_loss`, backward, clipping, AdamW) on batches
+shaped like configs/wordnet.yaml's: a JEPA sees 2 views x 128 texts of up to 32 tokens, the
+next-token model 128 documents of up to 64 tokens (two texts in one sequence), with lengths
+drawn from the same distribution and padded as the samplers pad. The three step kinds are
+interleaved, round by round, so a noisy neighbour slows them alike:
+- jepa:      text_jepa on good views (SIGReg + prediction);
+- ntp:       causal_lm, the output layer fused into the cross-entropy over real targets;
+- ntp_ref:   the same model and batch through logits (B, T, V) and F.cross_entropy, the way
+             the loss was computed before (the baseline the fused loss is measured against).
+Prints the median step time of each and the ratios ntp / jepa (target <= 3) and
+ntp_ref / ntp (the speed-up), and checks that the two next-token losses agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from platonic.core.config import ModelConfig
+from platonic.core.models import build_model
+from platonic.core.objectives import SIGReg
+from platonic.core.train.loop import compute_loss
+
+
+def lengths(n: int, max_len: int, g: torch.Generator) -> torch.Tensor:
+    """Text lengths between a quarter of max_len and max_len (WordNet: a lemma list is short,
+    a definition with an example long)."""
+    return torch.randint(max(2, max_len // 4), max_len + 1, (n,), generator=g)
+
+
+def padded(n: int, max_len: int, vocab: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(5, vocab, (n, max_len), generator=g)
+    mask = (torch.arange(max_len)[None] < lengths(n, max_len, g)[:, None]).long()  # (N, T)
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def ref_ntp_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """The unfused baseline: full logits, shifted, F.cross_entropy over the real targets."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    logits = model(ids, mask)  # (B, T, V)
+    target = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=-100)
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor]) -> None:
+    """One optimiser step as the train loop takes it: loss, backward, clipping, AdamW."""
+    loss = loss_fn()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def measure(width: int, a: argparse.Namespace, g: torch.Generator) -> dict:
+    """Median step times of jepa / ntp / ntp_ref at one width, interleaved round by round."""
+    common = {"width": width, "layers": a.layers, "heads": max(1, width // 16), "steps": a.steps, "batch_size": a.batch}
+    jcfg = ModelConfig(kind="text_jepa", views="good", lam=0.05, **common)
+    ncfg = ModelConfig(kind="causal_lm", views="documents", tie_embeddings=False, **common)
+    views = [padded(a.batch, a.max_len, a.vocab, g) for _ in range(2)]
+    jbatch = {"input_ids": torch.stack([v[0] for v in views]), "attention_mask": torch.stack([v[1] for v in views])}
+    nids, nmask = padded(a.batch, 2 * a.max_len, a.vocab, g)
+    nbatch = {"input_ids": nids, "attention_mask": nmask}
+    torch.manual_seed(0)
+    jepa = build_model(jcfg, vocab_size=a.vocab, max_len=a.max_len).train()
+    ntp = build_model(ncfg, vocab_size=a.vocab, max_len=2 * a.max_len).train()
+    sigreg = SIGReg(jcfg.slices)
+    fused, ref = compute_loss(ncfg, ntp, nbatch, None, 0)[0].item(), ref_ntp_loss(ntp, nbatch).item()
+    if abs(fused - ref) > 1e-4 * abs(ref):
+        raise SystemExit(f"the fused next-token loss {fused} differs from the reference {ref}")
+    jopt, nopt = torch.optim.AdamW(jepa.parameters(), lr=1e-4), torch.optim.AdamW(ntp.parameters(), lr=1e-4)
+    kinds = {
+        "jepa": (jepa, jopt, lambda: compute_loss(jcfg, jepa, jbatch, sigreg, 0)[0]),
+        "ntp": (ntp, nopt, lambda: compute_loss(ncfg, ntp, nbatch, None, 0)[0]),
+        "ntp_ref": (ntp, nopt, lambda: ref_ntp_loss(ntp, nbatch)),
+    }
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(a.rounds):
+        for name, (model, opt, fn) in kinds.items():
+            for s in range(a.steps):
+                t0 = time.perf_counter()
+                train_step(model, opt, fn)
+                if s:  # the first step of a round is warm-up
+                    times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "width": width,
+        "layers": a.layers,
+        "batch": a.batch,
+        "vocab": a.vocab,
+        "threads": torch.get_num_threads(),
+        "step_s": {k: round(v, 4) for k, v in med.items()},
+        "ratio_ntp_vs_jepa": round(med["ntp"] / med["jepa"], 2),
+        "ratio_ntp_ref_vs_jepa": round(med["ntp_ref"] / med["jepa"], 2),
+        "speedup_fused_vs_ref": round(med["ntp_ref"] / med["ntp"], 2),
+        "loss_fused_vs_ref": [round(fused, 5), round(ref, 5)],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--widths", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--max-len", type=int, default=32, help="tokens per text (a document holds two)")
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4, help="steps per round and kind (the first is warm-up)")
+    a = ap.parse_args()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for width in a.widths:
+        rows.append(measure(width, a, g))
+        print(json.dumps(rows[-1]), flush=True)
+    worst = max(r["ratio_ntp_vs_jepa"] for r in rows)
+    print(f"next-token step / JEPA step: at most {worst} (target <= 3): {'ok' if worst <= 3 else 'ABOVE TARGET'}")
+
+
+if __name__ == "__main__":
+    main()
