@@ -15,6 +15,7 @@ from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 from ..objectives import next_token_loss
 from .pooling import masked_mean
 from .projector import projector
+from .unpadded import bert_hidden, gpt2_hidden, supports_bert, supports_gpt2
 
 
 class TextEncoder(nn.Module):
@@ -53,7 +54,10 @@ class TextEncoder(nn.Module):
         self.proj = projector(width, proj_dim, proj_hidden, proj_act)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, D)
+        if supports_bert(self.bert):  # padding costs no work (models/unpadded.py)
+            h = bert_hidden(self.bert, input_ids, attention_mask)  # (B, T, D)
+        else:
+            h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         emb = masked_mean(h, attention_mask)  # (B, D)
         return emb, self.proj(emb)  # (B, D), (B, K)
 
@@ -103,7 +107,11 @@ class CausalLM(nn.Module):
         """The logits (B, T, V); with `loss` ("mean" or "sum") the next-token loss instead, the
         output layer fused into it (no (B, T, V) logits kept): how training calls it, so the
         call goes through forward (DDP, torch.compile) and only real targets meet the vocabulary."""
-        h = self.lm.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, D)
+        tr = self.lm.transformer
+        if supports_gpt2(tr):  # padding costs no work (models/unpadded.py)
+            h = gpt2_hidden(tr, input_ids, attention_mask)  # (B, T, D)
+        else:
+            h = tr(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if loss is None:
             return self.lm.lm_head(h)  # (B, T, V)
         return next_token_loss(h, self.lm.lm_head.weight, input_ids, attention_mask, loss)
