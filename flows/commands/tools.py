@@ -130,6 +130,13 @@ def align(
     """Score the alignment of two feature files.
 
     As platonic-rep does: the best over layer pairs."""
+    from platonic.core.feature_files import check_feature_file
+
+    try:  # both paths before torch is imported: a mistyped one answers at once
+        for path in (a, b):
+            check_feature_file(path)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
     from platonic.core.features import load_features
     from platonic.core.metrics import alignment
 
