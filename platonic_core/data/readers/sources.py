@@ -108,6 +108,29 @@ def resolve_sources(
     A folder contributes its files with the format's extensions (recursively), a glob its
     matches; a path that exists is taken literally, even with glob characters in its name.
     `allow_patterns` (fnmatch on the path inside a folder or hub repo) keeps a subset."""
+    uris = _find(paths, fmt, revision, allow_patterns)
+    shards, taken = [], set()
+    for u in uris:
+        sid = _stem(u, fmt)
+        if sid in taken:  # same file name in two folders
+            sid = f"{sid}-{hashlib.sha1(u.encode()).hexdigest()[:8]}"
+        taken.add(sid)
+        shards.append(Shard(sid, u, _digest(u)))
+    return shards
+
+
+def check_sources(paths: list[str], fmt: str, allow_patterns: list[str] | None = None) -> None:
+    """What `resolve_sources` refuses without the network and without reading a shard, with
+    its messages: an unknown format, no sources, a local path that names nothing or no shard
+    of the format. Hub and URI sources are left to `resolve_sources`. `platonic ingest` calls
+    it before it starts Prefect and MLflow: a mistyped path answers at once."""
+    _find(paths, fmt, None, allow_patterns, remote=False)
+
+
+def _find(
+    paths: list[str], fmt: str, revision: str | None, allow_patterns: list[str] | None, remote: bool = True
+) -> list[str]:
+    """The shards' URIs (`resolve_sources`); `remote=False`: the local sources' alone."""
     if fmt not in EXTENSIONS:
         raise SourceError(f"unknown format {fmt!r} (formats: {', '.join(EXTENSIONS)})")
     if not paths:
@@ -121,6 +144,8 @@ def resolve_sources(
 
     uris: list[str] = []
     for src in paths:
+        if not remote and "://" in src:
+            continue
         if src.startswith("hf://"):
             root = _hub_snapshot(src, revision, allow_patterns or HUB_PATTERNS[fmt])
             found = sorted(str(p) for p in root.rglob("*") if p.is_file() and want(str(p.relative_to(root))))
@@ -151,11 +176,4 @@ def resolve_sources(
                 f"{' matching ' + str(allow_patterns) if allow_patterns else ''})"
             )
         uris.extend(u for u in found if u not in uris)
-    shards, taken = [], set()
-    for u in uris:
-        sid = _stem(u, fmt)
-        if sid in taken:  # same file name in two folders
-            sid = f"{sid}-{hashlib.sha1(u.encode()).hexdigest()[:8]}"
-        taken.add(sid)
-        shards.append(Shard(sid, u, _digest(u)))
-    return shards
+    return uris
