@@ -23,7 +23,7 @@ RUN_ID = "0123456789abcdef0123456789abcdef"  # well formed, in no store
 # what a refusal must not import (top-level module names); numpy and pyarrow may be imported
 HEAVY = {
     "torch", "transformers", "tokenizers", "safetensors", "prefect", "mlflow", "duckdb", "polars", "sklearn",
-    "scipy", "matplotlib", "datasets", "faiss", "huggingface_hub",
+    "scipy", "matplotlib", "datasets", "faiss", "huggingface_hub", "pyarrow", "numpy",
 }  # fmt: skip
 
 # (id, argv, exit code, what the error line says); a None line: the parser's usage error
@@ -150,7 +150,7 @@ def test_check_sources_refuses_what_resolve_sources_does_offline(tmp_path):
     """`platonic ingest`'s early check: a local path's refusals, word for word; hub and URI
     sources are left to the reading (no network here)."""
     from platonic.core.data.readers import SourceError, resolve_sources
-    from platonic.core.data.readers.sources import check_sources
+    from platonic.core.data.shard_paths import check_sources
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "caps.jsonl").write_text("{}\n")

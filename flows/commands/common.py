@@ -22,8 +22,12 @@ def _reported_errors():
     """Recipe errors, unreadable sources, an output folder holding the user's files -> exit 2;
     missing cache, a failed stage, a full disk or a Prefect server gone mid-run -> exit 1; Ctrl-C
     -> exit 130 (`ctrl_c`); one `error:` line each (Prefect has already logged a failed stage's
-    traceback). A recipe's error (ConfigError) and a missing cache are told before anything
-    else is imported: the other errors' modules (pyarrow) only once one of them may be it."""
+    traceback)."""
+    from platonic.core.artifacts import ForeignFolderError
+    from platonic.core.contract import UpstreamNotCached
+    from platonic.core.data.shard_paths import SourceError
+    from platonic.core.durable import disk_full
+
     try:
         with ctrl_c.handled():
             yield
@@ -37,19 +41,11 @@ def _reported_errors():
             err=True,
         )
         services.exit_now(ctrl_c.EXIT_CODE)  # not Prefect's event drain at exit (a server gone with the Ctrl-C)
-    except ConfigError as e:
+    except (ConfigError, SourceError, ForeignFolderError) as e:
         fail(str(e))
+    except UpstreamNotCached as e:
+        fail(str(e), 1)
     except Exception as e:
-        from platonic.core.contract import UpstreamNotCached
-
-        if isinstance(e, UpstreamNotCached):  # `--only` on an empty store: before pyarrow is imported
-            fail(str(e), 1)
-        from platonic.core.artifacts import ForeignFolderError
-        from platonic.core.data.readers import SourceError
-        from platonic.core.durable import disk_full
-
-        if isinstance(e, (SourceError, ForeignFolderError)):
-            fail(str(e))
         if (full := disk_full(e)) is not None:  # "no space left on device", naming the path
             fail(str(full), 1)
         if url := services.lost_prefect_server(e):
