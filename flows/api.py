@@ -55,20 +55,19 @@ def run_config(
     """`run` on a loaded recipe. `command`: what builds the cache, for the error an `only`
     on an empty cache raises (UpstreamNotCached). A recipe that turns `trust_remote_code`
     on is refused (ConfigError) unless `trust_remote_code` is passed."""
-    from platonic.core.stages.dag import plan
-    from platonic.tasks import tracking
+    from platonic.core.stages.dag import plan, require_cached
 
     require_trusted(cfg, trust_remote_code)
-    modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts
+    modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts (or imports MLflow)
     where = store.check(cfg.out_dir)
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server(where)  # before anything imports Prefect
-    if only:  # its upstream must be cached: say so now, not after Prefect has started
-        from .pipeline import require_cached
-
+    if only:  # its upstream must be cached: say so now, before Prefect or MLflow is imported
         require_cached(cfg, modes, f"build them first: {command}")
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)
+    from platonic.tasks import tracking
+
     tracking.probe_server(tracking.tracking_uri(cfg.out_dir))  # a dead MLflow server: one line before Prefect starts
     services.tie_temporary_server()  # when no server was found
     from .pipeline import pipeline

@@ -24,7 +24,9 @@
 The store (out_dir) is --out-dir, else $PLATONIC_OUT_DIR, else the recipe's (.platonic, relative
 to the current folder); every command that uses one names it on stderr (`store: PATH`).
 Bad recipes, overrides or stage names print one `error:` line and exit with code 2.
-Prefect and MLflow are imported lazily: `stages` and `align` start instantly.
+Prefect, MLflow and torch are imported lazily: a command checks its arguments, files, recipe
+and stage names first, so a mistake answers in well under a second (tests/test_cli_mistakes.py,
+docs/benchmarks.md "A user's mistake").
 
 This module is the wiring alone: the commands live in `flows/commands/`, one module per group
 (run, data, showcases, tools; `common` holds what several share), and are registered here in

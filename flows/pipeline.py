@@ -16,7 +16,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.runtime import deployment
 
-from platonic.core.artifacts import ArtifactStore, Manifest
+from platonic.core.artifacts import Manifest
 from platonic.core.config import (
     DEPLOYMENT_OVERRIDES,
     ConfigError,
@@ -25,8 +25,7 @@ from platonic.core.config import (
     load_config,
     stable_hash,
 )
-from platonic.core.contract import UpstreamNotCached
-from platonic.core.stages.dag import FORCE, plan, uncached
+from platonic.core.stages.dag import plan, require_cached
 from platonic.core.stages.pipeline import instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
@@ -105,21 +104,6 @@ def stage(stage: str, recipe: str = "demo", sets: list[str] | None = None, force
     its own parent run: what `platonic run --only STAGE` does. From a deployment:
     prefect deployment run 'stage/train' --param recipe=tiny --param stage=train:good"""
     return pipeline.fn(only=stage, force=[stage] if force else None, recipe=recipe, sets=sets)
-
-
-def require_cached(cfg: PipelineConfig, modes: dict[str, str], rebuild: str) -> None:
-    """Raise UpstreamNotCached, naming them, if stages the plan takes from the cache (`--only
-    S`'s upstream) are not there: before a parent run opens (and, from the CLI, before
-    Prefect starts). `rebuild`: what to do about it, the message's end."""
-    artifacts = ArtifactStore.of(cfg.out_dir)
-    missing = uncached(cfg, modes, artifacts)
-    if missing:
-        selected = ", ".join(i for i, m in modes.items() if m == FORCE)
-        where = Path(cfg.out_dir).resolve()  # from another folder, which store was looked in says why
-        raise UpstreamNotCached(
-            f"{selected} reads stages that are not cached for this recipe in the store {where} "
-            f"({', '.join(missing)}); {rebuild}"
-        )
 
 
 def collect_results(cfg: PipelineConfig, m: dict[str, Manifest], ctx: RunContext) -> dict:

@@ -26,9 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.parquet as pq
-
 from .durable import DiskFullError, scratch, write_atomic
 
 MANIFEST = "manifest.json"
@@ -181,6 +178,9 @@ def folder_digest(folder: Path) -> str:
 
 def describe_schema(folder: Path) -> dict[str, Any]:
     """Per content file: Parquet columns and types, .npy shapes and dtypes, else its size."""
+    import numpy as np  # here, not at the top: the stages' specs import this module (`platonic run`'s checks)
+    import pyarrow.parquet as pq
+
     out: dict[str, Any] = {}
     for p in sorted(folder.rglob("*")):
         if not p.is_file() or p.name in (MANIFEST, OWNER_MARK):

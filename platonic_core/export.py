@@ -82,15 +82,24 @@ def write_extras(dest: Path, info: dict[str, Any], tensors: dict[str, Any]) -> N
     (Path(dest) / "platonic.json").write_text(json.dumps(info, indent=1))
 
 
+def check_dest(dest: Path) -> Path:
+    """`dest` as a Path if it is a new or empty folder, else ValueError naming it. Reads
+    nothing: `platonic export` calls it before it loads MLflow and the model."""
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest}: not a folder; give a new or empty folder")
+    if dest.exists() and any(dest.iterdir()):
+        raise ValueError(f"{dest}: not empty; give a new or empty folder")
+    return dest
+
+
 def export_pretrained(
     train_dir: Path, cfg: ModelConfig, dest: Path, provenance: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Write `dest` (created; must be new or empty); returns what platonic.json says.
     `provenance`: where the model came from and how it scored (run ids, commit, recipe
     digest, `scores`, `best_layer`), written to platonic.json, config.json and the card."""
-    dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise ValueError(f"{dest}: not empty; give a new or empty folder")
+    dest = check_dest(dest)
     net, tok, info, tensors = pretrained_parts(train_dir, cfg)
     info = {**info, **(provenance or {})}
     # what a transformers user sees in model.config: how to pool, and which layer scored best

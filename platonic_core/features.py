@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from .feature_files import check_feature_file, unsupported
 from .models import load_checkpoint
 from .tokenizer import encode, load_tokenizer, special_ids
 
@@ -151,7 +152,7 @@ def _read_layers(path: Path) -> list[np.ndarray]:
         else:
             a = np.asarray(obj)
     else:
-        raise Unreadable(f"unsupported feature format {path.suffix!r} (use .npz, .npy, .pt or .parquet)")
+        raise Unreadable(unsupported(path.suffix))
     if a.ndim == 2:
         return [a]
     if a.ndim == 3:
@@ -164,9 +165,7 @@ def load_features(path: Path) -> list[np.ndarray]:
     .parquet (see `_parquet_layers`). These files come from anywhere (`platonic align`): a
     file that is not numeric features (corrupt, truncated, a forged .npy header, a pickle) is
     a one-line ValueError naming it, raised before anything large is allocated."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such feature file")
+    path = check_feature_file(path)  # not a file, or a suffix no reader takes
     try:
         layers = _read_layers(path)
     except Unreadable as e:

@@ -19,10 +19,7 @@ from platonic.core.artifacts import MANIFEST, ArtifactStore, Manifest
 from platonic.core.config import ModelConfig
 
 from . import tracking
-
-
-class LineageError(RuntimeError):
-    pass
+from .run_ids import LineageError  # defined where MLflow is not imported: the CLI's checks raise it too
 
 
 def _node(c, run_id: str) -> dict:

@@ -31,6 +31,8 @@ from mlflow.tracking import MlflowClient
 from platonic.core.config import ConfigError
 from platonic.core.processes import pid_alive
 
+from .run_ids import tracking_uri  # here, where MLflow is not imported: the CLI's checks use it
+
 # tag names, once (MLflow's own, then ours)
 PARENT_TAG = "mlflow.parentRunId"
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -60,13 +62,6 @@ MODEL_ID_TAG = "platonic.model_id"  # an evaluation run: the logged model it sco
 HOST_TAG = "platonic.host"
 PID_TAG = "platonic.pid"
 PID_START_TAG = "platonic.pid_start"  # the process's start time (Linux): a reused pid is not the owner
-
-
-def tracking_uri(out_dir: str | Path) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
 
 
 _ready: set[str] = set()  # stores this process has opened (MLflow caches the store per URI)

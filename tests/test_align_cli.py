@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-pytestmark = pytest.mark.e2e  # every test runs the CLI as a subprocess
+pytestmark = pytest.mark.e2e  # the CLI as a subprocess (the error table: in this process, one line each)
 
 
 def align(*args) -> subprocess.CompletedProcess:
@@ -79,6 +79,11 @@ def test_best_layer_pair_across_formats(files):
     ],
 )
 def test_errors_are_one_line_exit_2(files, args, needle):
-    p = align(*[files / a if a.endswith(("npy", "npz", "pt", "parquet")) else a for a in args])
-    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    from typer.testing import CliRunner
+
+    from platonic.flows.cli import app
+
+    argv = [str(files / a) if a.endswith(("npy", "npz", "pt", "parquet")) else a for a in args]
+    p = CliRunner().invoke(app, ["align", *argv])
+    assert p.exit_code == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert p.stderr.startswith("error: ") and not p.stdout, p.stdout

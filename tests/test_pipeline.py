@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from platonic.core.config import load_config
 from platonic.core.stages import SPECS
 
-pytestmark = pytest.mark.e2e  # real flows (a module fixture runs one) and CLI subprocesses
+pytestmark = pytest.mark.e2e  # real flows (a module fixture runs one)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -207,21 +205,7 @@ def test_only_without_cache_is_a_clear_error(tmp_path, prefect_harness):
         run_flow(tmp_path, only="evaluate")
 
 
-@pytest.mark.parametrize(
-    "args,needle",
-    [
-        (["run", str(TINY), "--set", "world.sed=1"], "unknown key 'world.sed'"),
-        (["run", str(TINY), "--set", "world.seed=abc"], "'world.seed'"),
-        (["run", str(TINY), "--only", "nope"], "unknown stage 'nope'"),
-        (["run", "missing.yaml"], "no such recipe file"),
-        (["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], "zzz"),
-    ],
-)
-def test_bad_config_is_one_line_exit_2(args, needle):
-    p = subprocess.run([sys.executable, "-m", "platonic.flows.cli", *args], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], p.stderr
+# a bad recipe, override or stage name (one `error:` line, exit 2): tests/test_cli_mistakes.py
 
 
 def test_python_api_runs_a_recipe_as_the_cli_does(first_run):

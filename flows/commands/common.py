@@ -25,7 +25,7 @@ def _reported_errors():
     traceback)."""
     from platonic.core.artifacts import ForeignFolderError
     from platonic.core.contract import UpstreamNotCached
-    from platonic.core.data.readers import SourceError
+    from platonic.core.data.shard_paths import SourceError
     from platonic.core.durable import disk_full
 
     try:

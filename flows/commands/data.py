@@ -68,6 +68,10 @@ def ingest(
         ]
         cfg = load_config(config, store.out_dir_sets(overrides, out_dir))
         store.say(store.check(cfg.out_dir))
+        from platonic.core.data.shard_paths import check_sources
+
+        # a local path that names nothing (or no shard): one line now, not after Prefect and MLflow start
+        check_sources(cfg.ingest.paths, cfg.ingest.source, cfg.ingest.allow_patterns or None)
         services.embedded_defaults()
         from platonic.core.contract import IncompleteArtifact
 

@@ -65,11 +65,19 @@ def export(
 
     AutoModel/AutoTokenizer.from_pretrained(DEST) read it; with a model card (README.md) and
     platonic.json (train run, commit, recipe digest, scores, best layer)."""
+    from platonic.core.export import check_dest
+    from platonic.tasks.run_ids import LineageError, check_run_id
+
     with _reported_errors():
         out_dir = store.for_reading(out_dir)
+    try:  # before MLflow and torch are imported: a malformed run id, a DEST that cannot be one
+        check_run_id(run_id, out_dir)
+        check_dest(dest)
+    except (LineageError, ValueError) as e:
+        fail(str(e))
     services.embedded_defaults()
     from platonic.core.export import export_pretrained
-    from platonic.tasks.lineage import LineageError, export_provenance, train_artifact
+    from platonic.tasks.lineage import export_provenance, train_artifact
 
     try:
         folder, mcfg = train_artifact(run_id, out_dir)
@@ -93,10 +101,16 @@ def lineage(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Trace an evaluation run back to the ingested source."""
+    from platonic.tasks.run_ids import LineageError, check_run_id
+
     with _reported_errors():
         out_dir = store.for_reading(out_dir)
+    try:
+        check_run_id(run_id, out_dir)  # a malformed run id: before MLflow is imported
+    except LineageError as e:
+        fail(str(e), 1)
     services.embedded_defaults()
-    from platonic.tasks.lineage import LineageError, print_lineage, trace
+    from platonic.tasks.lineage import print_lineage, trace
 
     try:
         chain = trace(run_id, out_dir)
@@ -130,6 +144,13 @@ def align(
     """Score the alignment of two feature files.
 
     As platonic-rep does: the best over layer pairs."""
+    from platonic.core.feature_files import check_feature_file
+
+    try:  # both paths before torch is imported: a mistyped one answers at once
+        for path in (a, b):
+            check_feature_file(path)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
     from platonic.core.features import load_features
     from platonic.core.metrics import alignment
 

@@ -1,6 +1,6 @@
 """The DAG's helpers, one place for every flow: which spec an instance runs (`spec_of`), what it
 reads (`upstream`, `instance_inputs`), and the pipeline's run plan over `instances`
-(`closure`, `plan` with its selectors, `uncached`).
+(`closure`, `plan` with its selectors, `uncached`, `require_cached`).
 
 `upstream` and `instance_inputs` work on an instance of any flow (through the registry,
 `FLOW_SPECS` and `spec_of` in registry.py). The run plan is the pipeline's: `--only`,
@@ -9,11 +9,12 @@ reads (`upstream`, `instance_inputs`), and the pipeline's run plan over `instanc
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..artifacts import ArtifactStore, Manifest
 from ..config import ConfigError, PipelineConfig
-from ..contract import StageInstance, cache_key, input_digests
+from ..contract import StageInstance, UpstreamNotCached, cache_key, input_digests
 from .pipeline import ORDER, closure, instances, is_real
 from .registry import spec_of
 
@@ -130,3 +131,17 @@ def uncached(cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore) -
         else:
             found[inst.id] = hit
     return missing
+
+
+def require_cached(cfg: PipelineConfig, modes: dict[str, str], rebuild: str) -> None:
+    """Raise UpstreamNotCached, naming them, if stages the plan takes from the cache (`--only
+    S`'s upstream) are not there: before a parent run opens (and, from the CLI, before
+    Prefect or MLflow is imported). `rebuild`: what to do about it, the message's end."""
+    missing = uncached(cfg, modes, ArtifactStore.of(cfg.out_dir))
+    if missing:
+        selected = ", ".join(i for i, m in modes.items() if m == FORCE)
+        where = Path(cfg.out_dir).resolve()  # from another folder, which store was looked in says why
+        raise UpstreamNotCached(
+            f"{selected} reads stages that are not cached for this recipe in the store {where} "
+            f"({', '.join(missing)}); {rebuild}"
+        )

@@ -21,8 +21,9 @@ Hugging Face dataset `hf://datasets/<org>/<name>[@<revision>]` fetched with
 `huggingface_hub.snapshot_download` (revision pinned, `allow_patterns` for a subset).
 
 Modules: `base` (shard/batch types, errors, the `Reader` base), `sources` (sources ->
-shards), `recap`, `wds`, `coco`, `jsonl` (one format each), `jsonstream` (the streaming
-JSON parser), `registry` (`ingest.source` -> reader).
+shards; which files they name, and SourceError, are `platonic.core.data.shard_paths`),
+`recap`, `wds`, `coco`, `jsonl` (one format each), `jsonstream` (the streaming JSON parser),
+`registry` (`ingest.source` -> reader).
 """
 
 from .base import (

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..shard_paths import SourceError as SourceError  # defined there, without pyarrow (`platonic ingest`'s checks)
+
 if TYPE_CHECKING:
     from ...config import IngestConfig
 
@@ -27,10 +29,6 @@ REASON = "__reason__"  # a row-level reason found by the reader (e.g. unknown_im
 REASON_FIELD = "__reason_field__"
 # the default of ingest.max_record_bytes: the longest line or JSON value a reader holds
 MAX_RECORD_BYTES = 16 << 20
-
-
-class SourceError(ValueError):
-    """A source that cannot be read at all (no such file, no shards, bad URI). One line."""
 
 
 class ShardError(RuntimeError):
