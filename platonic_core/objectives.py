@@ -164,14 +164,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def linear_cross_entropy(
-    h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, reduction: str = "mean", chunk: int = 128
+    h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, reduction: str = "mean", chunk: int | None = None
 ) -> torch.Tensor:
     """Cross-entropy of the logits h @ weight.T against `target`, fused with the output layer
     (`_LinearCrossEntropy`): h (N, D), weight (V, D), target (N,) -> scalar (`mean` or `sum`).
-    `chunk` rows at a time: 128 keeps a chunk's logits in cache at V = 8,000 (2 cores:
-    benchmarks/bench_trainer.py --kind both)."""
+    `chunk` rows at a time; by default about 2^20 logits (4 MB) a chunk: 128 rows at V = 8,000
+    (the fastest on 2 cores: benchmarks/bench_ntp_step.py), one chunk for the world's 121 words."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be mean or sum, not {reduction!r}")
+    chunk = chunk or max(64, (1 << 20) // weight.size(0))
     total = _LinearCrossEntropy.apply(h, weight, target, chunk)
     return total / max(target.numel(), 1) if reduction == "mean" else total
 
