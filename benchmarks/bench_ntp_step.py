@@ -2,11 +2,14 @@
 
     python benchmarks/bench_ntp_step.py                        # widths 64 and 256, V = 8,000
     python benchmarks/bench_ntp_step.py --widths 64 --vocab 30522 --rounds 5
+    python benchmarks/bench_ntp_step.py --views STORE/artifacts/views/KEY     # a views artifact's batches
 
 Each step is the train loop's own (`compute_loss`, backward, clipping, AdamW) on batches
 shaped like configs/wordnet.yaml's: a JEPA sees 2 views x 128 texts of up to 32 tokens, the
 next-token model 128 documents of up to 64 tokens (two texts in one sequence), with lengths
-drawn from the same distribution and padded as the samplers pad. The three step kinds are
+drawn from the same distribution and padded as the samplers pad. With `--views DIR` (a views
+artifact: `platonic run configs/wordnet.yaml` writes one) the batches are the train stage's
+own (its samplers, tokenizer and vocabulary) instead. The three step kinds are
 interleaved, round by round, so a noisy neighbour slows them alike:
 - jepa:      text_jepa on good views (SIGReg + prediction);
 - ntp:       causal_lm, the output layer fused into the cross-entropy over real targets;
@@ -23,6 +26,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +34,10 @@ import torch.nn.functional as F
 from platonic.core.config import ModelConfig
 from platonic.core.models import build_model
 from platonic.core.objectives import SIGReg
+from platonic.core.tokenizer import load_tokenizer, special_ids
+from platonic.core.train.data import load_text_data
 from platonic.core.train.loop import compute_loss
+from platonic.core.train.sampler import make_sampler
 
 
 def lengths(n: int, max_len: int, g: torch.Generator) -> torch.Tensor:
@@ -67,13 +74,21 @@ def measure(width: int, a: argparse.Namespace, g: torch.Generator) -> dict:
     common = {"width": width, "layers": a.layers, "heads": max(1, width // 16), "steps": a.steps, "batch_size": a.batch}
     jcfg = ModelConfig(kind="text_jepa", views="good", lam=0.05, **common)
     ncfg = ModelConfig(kind="causal_lm", views="documents", tie_embeddings=False, **common)
-    views = [padded(a.batch, a.max_len, a.vocab, g) for _ in range(2)]
-    jbatch = {"input_ids": torch.stack([v[0] for v in views]), "attention_mask": torch.stack([v[1] for v in views])}
-    nids, nmask = padded(a.batch, 2 * a.max_len, a.vocab, g)
-    nbatch = {"input_ids": nids, "attention_mask": nmask}
+    if a.views:  # the train stage's own batches: its tokenizer, samplers and padding
+        sp = special_ids(load_tokenizer(a.views / "tokenizer.json"))
+        jdata, tok, max_len = load_text_data(a.views, jcfg, sp)
+        jbatch = make_sampler(jcfg, jdata, 0, sp)()
+        nbatch = make_sampler(ncfg, load_text_data(a.views, ncfg, sp)[0], 0, sp)()
+        vocab = tok.get_vocab_size()
+    else:
+        views = [padded(a.batch, a.max_len, a.vocab, g) for _ in range(2)]
+        jbatch = {"input_ids": torch.stack([v[0] for v in views]), "attention_mask": torch.stack([v[1] for v in views])}
+        nids, nmask = padded(a.batch, 2 * a.max_len, a.vocab, g)
+        nbatch = {"input_ids": nids, "attention_mask": nmask}
+        vocab, max_len = a.vocab, a.max_len
     torch.manual_seed(0)
-    jepa = build_model(jcfg, vocab_size=a.vocab, max_len=a.max_len).train()
-    ntp = build_model(ncfg, vocab_size=a.vocab, max_len=2 * a.max_len).train()
+    jepa = build_model(jcfg, vocab_size=vocab, max_len=max_len).train()
+    ntp = build_model(ncfg, vocab_size=vocab, max_len=2 * max_len).train()
     sigreg = SIGReg(jcfg.slices)
     fused, ref = compute_loss(ncfg, ntp, nbatch, None, 0)[0].item(), ref_ntp_loss(ntp, nbatch).item()
     if abs(fused - ref) > 1e-4 * abs(ref):
@@ -97,7 +112,8 @@ def measure(width: int, a: argparse.Namespace, g: torch.Generator) -> dict:
         "width": width,
         "layers": a.layers,
         "batch": a.batch,
-        "vocab": a.vocab,
+        "vocab": vocab,
+        "real_tokens": {"jepa": int(jbatch["attention_mask"].sum()), "ntp": int(nbatch["attention_mask"].sum())},
         "threads": torch.get_num_threads(),
         "step_s": {k: round(v, 4) for k, v in med.items()},
         "ratio_ntp_vs_jepa": round(med["ntp"] / med["jepa"], 2),
@@ -116,6 +132,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4, help="steps per round and kind (the first is warm-up)")
+    ap.add_argument("--views", type=Path, default=None, help="a views artifact: its batches, not random ones")
     a = ap.parse_args()
     g = torch.Generator().manual_seed(0)
     rows = []
