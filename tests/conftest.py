@@ -94,6 +94,20 @@ def tiny_run(tmp_path_factory, prefect_harness):
     return out, pipeline(cfg.model_dump(mode="json"))
 
 
+@pytest.fixture(scope="session")
+def tiny_copy(tiny_run):
+    """copy(dst) -> dst: a private, writable copy of the tiny run's store at dst (every stage
+    committed, its MLflow runs and models), for a test that reruns, changes or breaks things
+    there instead of running configs/tiny.yaml again into a fresh store
+    (test_faults.py::test_copied_out_dir_reads_its_own_files checks that a copy reads its own files)."""
+
+    def copy(dst: Path) -> Path:
+        shutil.copytree(tiny_run[0], dst)
+        return dst
+
+    return copy
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (a child that printed its pid): what a killed
     producer leaves in a scratch folder's name."""

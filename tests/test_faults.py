@@ -61,14 +61,6 @@ def reference(tiny_run) -> dict:
     return tiny_run[1]
 
 
-def tiny_store(tiny_run, out: Path) -> Path:
-    """A writable copy of the session's tiny run store at `out`, every stage committed there,
-    instead of running the recipe again into a fresh store (test_copied_out_dir_reads_its_own_files
-    is the test that a copy reads its own files, not the original's)."""
-    shutil.copytree(tiny_run[0], out)
-    return out
-
-
 # one file per artifact kind: safetensors weights, Parquet tables, .npy renders, .npz
 # features, JSON scores
 CORRUPTIONS = [
@@ -80,8 +72,8 @@ CORRUPTIONS = [
 ]
 
 
-def test_corrupt_cached_artifacts_are_detected_and_rebuilt(tiny_run, reference, tmp_path):
-    out = tiny_store(tiny_run, tmp_path / "out")
+def test_corrupt_cached_artifacts_are_detected_and_rebuilt(tiny_copy, reference, tmp_path):
+    out = tiny_copy(tmp_path / "out")
     for instance, name in CORRUPTIONS:
         path = artifact(out, instance) / name
         data = bytearray(path.read_bytes())
@@ -94,8 +86,8 @@ def test_corrupt_cached_artifacts_are_detected_and_rebuilt(tiny_run, reference, 
         assert verify(Manifest.read(artifact(out, instance))) is None
 
 
-def test_missing_and_added_files_fail_verification(tiny_run, tmp_path):
-    out = tiny_store(tiny_run, tmp_path / "out")
+def test_missing_and_added_files_fail_verification(tiny_copy, tmp_path):
+    out = tiny_copy(tmp_path / "out")
     folder = artifact(out, "views")
     (folder / "stray.txt").write_text("x")
     assert verify(Manifest.read(folder)) == "stray.txt was added after it was committed"
