@@ -22,9 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import AblationConfig, ConfigError, PipelineConfig, cell_rows, read_recipe, validate_recipe
-from .evaluate import rotation_fit
-from .features import load_features
-from .metrics import alignment
 from .scaling import forecast, samples_to_reach
 from .stats import mean_ci
 
@@ -260,6 +257,12 @@ def text_rotations(abl: AblationConfig, results: list[CellResult]) -> list[dict]
     """The theorem's one rotation between two *text* models trained separately on different
     positive sources (same column, same seed, two rows): mutual kNN between them and an
     orthogonal Procrustes map fitted on half the eval captions, R@1 and residual held out."""
+    # imported here, the summary stage's only reader of feature files: `platonic table` and
+    # `platonic forecast` import this module to read cells.json, not torch and the models' code
+    from .evaluate import rotation_fit
+    from .features import load_features
+    from .metrics import alignment
+
     by = {(r.cell.row, r.cell.seed): r for r in results if r.cell.kind == "grid"}
     # with a sweep, models are compared at one dose only
     pairs = [

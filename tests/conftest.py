@@ -39,7 +39,8 @@ OPT_IN = ("slow", "stack")
 
 def pytest_collection_modifyitems(config, items):
     """A test that runs a flow is end to end even if its file forgot to say so; slow and
-    stack tests are left out unless the -m expression names them."""
+    stack tests are left out unless the -m expression names them; the demo's test runs last
+    (see pytest_collection_finish)."""
     for item in items:
         if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.e2e)
@@ -50,6 +51,9 @@ def pytest_collection_modifyitems(config, items):
         if out:
             config.hook.pytest_deselected(items=out)
             items[:] = [i for i in items if not any(i.get_closest_marker(m) for m in skip)]
+    # the demo starts with the session beside the other tests; its test only waits for it, so
+    # it waits last: where it sat in file order, the rest of the session waited with it
+    items.sort(key=lambda i: i.nodeid == DEMO_TEST)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -88,6 +92,20 @@ def tiny_run(tmp_path_factory, prefect_harness):
     out = tmp_path_factory.mktemp("tiny")
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", [f"out_dir={out}"])
     return out, pipeline(cfg.model_dump(mode="json"))
+
+
+@pytest.fixture(scope="session")
+def tiny_copy(tiny_run):
+    """copy(dst) -> dst: a private, writable copy of the tiny run's store at dst (every stage
+    committed, its MLflow runs and models), for a test that reruns, changes or breaks things
+    there instead of running configs/tiny.yaml again into a fresh store
+    (test_faults.py::test_copied_out_dir_reads_its_own_files checks that a copy reads its own files)."""
+
+    def copy(dst: Path) -> Path:
+        shutil.copytree(tiny_run[0], dst)
+        return dst
+
+    return copy
 
 
 def dead_pid() -> int:
@@ -149,8 +167,8 @@ _BACKGROUND: dict[str, DemoProcess] = {}
 def pytest_collection_finish(session):
     """The demo is the longest test (~7 min, most of it training on one process). Where it is
     selected and this process may use two or more CPUs, it starts now on a CPU of its own and
-    runs beside the rest of the session instead of alone in the middle of it (its test then
-    waits for it); with one CPU the test runs it in place."""
+    runs beside the rest of the session instead of alone in the middle of it (its test, the
+    session's last, then waits for what is left of it); with one CPU the test runs it in place."""
     if session.config.option.collectonly or not any(item.nodeid == DEMO_TEST for item in session.items):
         return
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

@@ -33,14 +33,18 @@ def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     d = tmp_path_factory.mktemp("ablate")
-    # --quick plus a smaller world and shorter runs: the mechanics, not the numbers, are
-    # under test here, and CI time is shared (the quick grid alone takes ~5.5 min)
+    # --quick plus a smaller world and shorter runs of narrower models: the mechanics, not
+    # the numbers, are under test here, and CI time is shared (the quick grid alone takes
+    # ~5.5 min; this one ~1 min of flow). Kept: 256 eval scenes and 32 steps, so that the two
+    # seeds' scores still differ by several steps of mutual kNN's 1/2560 (a tie would be a
+    # zero-width interval); the scaling cells are 2, 4, 8 and 16 steps, four distinct budgets
+    models = ("good", "bad", "ntp", "image")
     shrink = [
-        "world.n_train=1500",
+        "world.n_train=800",
         "world.n_eval=256",
         "evaluate.bootstrap=50",
-        *(f"train.models.{m}.steps=60" for m in ("good", "bad", "ntp")),
-        "train.models.image.steps=50",
+        *(f"train.models.{m}.steps={24 if m == 'image' else 32}" for m in models),
+        *(f"train.models.{m}.{k}=32" for m in models for k in ("batch_size", "width")),
     ]
     p = platonic(
         d,

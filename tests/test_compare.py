@@ -14,13 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, prefect_harness):
-    from platonic.flows.pipeline import pipeline
+def setup(tmp_path_factory, tiny_run):
+    """The recipe: stand-ins built here, and two checkpoints of the session's tiny run (read
+    only: the comparison writes to its own out_dir)."""
     from platonic.flows.standins import build_standins
 
     tmp = tmp_path_factory.mktemp("compare")
     paths = build_standins(tmp / "si", n=30)
-    res = pipeline(load_config(ROOT / "configs" / "tiny.yaml", [f"out_dir={tmp / 'pipe'}"]).model_dump(mode="json"))
+    _, res = tiny_run
     recipe = {
         "name": "t",
         "out_dir": str(tmp / "out"),
@@ -57,7 +58,7 @@ def setup(tmp_path_factory, prefect_harness):
     return tmp / "recipe.yaml"
 
 
-@pytest.mark.e2e  # its module fixture runs the tiny pipeline flow
+@pytest.mark.e2e  # the compare flow, on checkpoints of the session's tiny pipeline run
 def test_grid_covers_every_pair_and_reruns_from_cache(setup, monkeypatch):
     from platonic.flows.compare import compare_flow
 

@@ -56,8 +56,9 @@ def artifact(out: Path, instance: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, prefect_harness) -> dict:
-    return run_flow(tmp_path_factory.mktemp("reference"))
+def reference(tiny_run) -> dict:
+    """The tiny recipe's results, from the session's run of it (the same recipe, run once)."""
+    return tiny_run[1]
 
 
 # one file per artifact kind: safetensors weights, Parquet tables, .npy renders, .npz
@@ -71,9 +72,8 @@ CORRUPTIONS = [
 ]
 
 
-def test_corrupt_cached_artifacts_are_detected_and_rebuilt(reference, tmp_path):
-    out = tmp_path / "out"
-    run_flow(out)
+def test_corrupt_cached_artifacts_are_detected_and_rebuilt(tiny_copy, reference, tmp_path):
+    out = tiny_copy(tmp_path / "out")
     for instance, name in CORRUPTIONS:
         path = artifact(out, instance) / name
         data = bytearray(path.read_bytes())
@@ -86,9 +86,8 @@ def test_corrupt_cached_artifacts_are_detected_and_rebuilt(reference, tmp_path):
         assert verify(Manifest.read(artifact(out, instance))) is None
 
 
-def test_missing_and_added_files_fail_verification(reference, tmp_path):
-    out = tmp_path / "out"
-    run_flow(out)
+def test_missing_and_added_files_fail_verification(tiny_copy, tmp_path):
+    out = tiny_copy(tmp_path / "out")
     folder = artifact(out, "views")
     (folder / "stray.txt").write_text("x")
     assert verify(Manifest.read(folder)) == "stray.txt was added after it was committed"

@@ -101,3 +101,25 @@ def test_the_library_has_no_import_cycle():
         if m not in state:
             walk(m)
     assert not cycles, "import cycles in platonic_core:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run's first three tiers (install, lint, tests) are the README's test command, step
+    for step (pip's -q aside), and the default tier is a bare `pytest`: what a contributor
+    runs is what CI times; the served-stack tier follows it."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    (command,) = re.findall(r"Run the tests \(what CI runs.*?```bash\n(.*?)\n```", readme, re.S)
+    ci = (ROOT / ".ci" / "run").read_text()
+    body = {name: re.search(rf"^{name}\(\) {{ (.*); }}$", ci, re.M).group(1) for name in ("install", "lint")}
+    steps = [*body["install"].split(" && "), *body["lint"].split(" && ")]
+    assert [s.replace(" -q", "") for s in steps] + ["pytest"] == command.split(" && ")
+    tiers = re.findall(r"^tier (\S+) (.*)$", ci, re.M)
+    assert tiers == [
+        ("install", "install"),
+        ("lint", "lint"),
+        ("tests", "pytest"),
+        ("stack-install", "stack_install"),
+        ("stack", "pytest -m stack"),
+    ]

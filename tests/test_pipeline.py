@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from platonic.core.config import load_config
 from platonic.core.stages import SPECS
 
-pytestmark = pytest.mark.e2e  # real flows (a module fixture runs one)
+pytestmark = pytest.mark.e2e  # real flows (reruns in a copy of the session's tiny run)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -46,9 +46,10 @@ def stage_runs(results: dict) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory, prefect_harness):
-    out = tmp_path_factory.mktemp("pipe")
-    return out, run_flow(out)
+def first_run(tmp_path_factory, tiny_run, tiny_copy):
+    """(out, results): the session's first run of the tiny recipe (its results; its own
+    MLflow runs, read only) and a copy of its store that these tests rerun and change."""
+    return tiny_copy(tmp_path_factory.mktemp("pipe") / "out"), tiny_run[1]
 
 
 def test_full_run_writes_results_and_lineage(first_run):
@@ -306,7 +307,7 @@ def test_trained_text_encoders_are_logged_and_registered_mlflow_models(first_run
     for name, m in logged.items():
         train_run = res["models"][name.removeprefix("tiny-")]["train_run_id"]
         assert m.source_run_id == train_run and m.status.to_proto() == 2  # READY
-        # one version per training run (other tests here retrain in this store: more versions)
+        # one version per training run (a store where a model retrains holds more versions)
         (version,) = [v for v in c.search_model_versions(f"name = '{name}'") if v.run_id == train_run]
         assert m.model_id in version.source
     folder = Path(c.get_logged_model(logged["tiny-good"].model_id).artifact_location.removeprefix("file://"))
