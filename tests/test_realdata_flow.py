@@ -87,13 +87,8 @@ def test_references_stand_beside_with_the_evaluate_settings(concepts_dir, tmp_pa
     assert set(rows["ancestors"]["subsets"]) == {"dogs"} and metrics["reference_tfidf"] == rows["tfidf"]["mutual_knn"]
 
 
-def test_the_tiny_real_recipe_runs_every_stage(assets, prefect_harness, tmp_path):
-    from platonic.core.config import load_config
-    from platonic.flows.pipeline import pipeline
-
-    sets = [f"out_dir={tmp_path}", f"ingest.paths=[{FIXTURE}]", "concepts.classes=0"]
-    cfg = load_config(REPO / "configs" / "wordnet_tiny.yaml", sets)
-    res = pipeline(cfg.model_dump(mode="json"))
+def test_the_tiny_real_recipe_runs_every_stage(wordnet_tiny_run):
+    _, res = wordnet_tiny_run  # the session's run (conftest.py): the fixture corpus, all 1,000 classes
     stages = set(res["stages"])
     assert {"concepts", "ingest", "positives", "dedup", "views", "references", "evaluate"} <= stages
     assert "world" not in stages and "ceiling" not in stages and "train:classifier" not in stages
