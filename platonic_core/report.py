@@ -384,6 +384,7 @@ def scaling_plot(sc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import NullFormatter
 
     from .scaling import SaturatingLaw
 
@@ -414,9 +415,12 @@ def scaling_plot(sc: dict, path: Path) -> None:
         label="held-out runs",
     )
     ax.set_xscale("log")
+    # under two decades matplotlib labels the minor ticks too, and their labels overlap
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("training samples (finished runs)")
     ax.set_ylabel("mutual kNN with the image encoder")
-    ax.set_title(f"scaling law: {sc['model']}, forecast vs held-out runs", fontsize=10)
+    row = f" ({sc['row']})" if sc.get("row") else ""
+    ax.set_title(f"scaling law: {sc['model']}{row}, forecast vs held-out runs", fontsize=10)
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
