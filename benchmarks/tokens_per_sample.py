@@ -22,9 +22,9 @@ from platonic.core.train.data import load_text_data
 from platonic.core.train.sampler import make_sampler
 
 
-def mean_tokens(views: Path, views_kind: str, kind: str, batches: int, seed: int) -> float:
-    """Mean real (unmasked) tokens per sample over `batches` batches of 128 samples."""
-    cfg = ModelConfig(kind=kind, views=views_kind, steps=batches, batch_size=128)
+def mean_tokens(views: Path, views_kind: str, kind: str, batches: int, seed: int, batch: int = 128) -> float:
+    """Mean real (unmasked) tokens per sample over `batches` batches of `batch` samples."""
+    cfg = ModelConfig(kind=kind, views=views_kind, steps=batches, batch_size=batch)
     sp = special_ids(load_tokenizer(views / "tokenizer.json"))
     draw = make_sampler(cfg, load_text_data(views, cfg, sp)[0], seed, sp)
     total = samples = 0
@@ -39,14 +39,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("views", type=Path, help="a views artifact (STORE/artifacts/views/KEY)")
     ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=128, help="samples per batch (the recipes': 128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample-ratio", type=float, default=None, help="print this sample ratio in tokens too")
     a = ap.parse_args()
     if not (a.views / "good_views.parquet").is_file():
         raise SystemExit(f"{a.views}: not a views artifact (no good_views.parquet)")
-    pair = mean_tokens(a.views, "good", "text_jepa", a.batches, a.seed)
-    doc = mean_tokens(a.views, "documents", "causal_lm", a.batches, a.seed)
-    drawn = f"{a.batches} batches of 128, seed {a.seed}"
+    pair = mean_tokens(a.views, "good", "text_jepa", a.batches, a.seed, a.batch)
+    doc = mean_tokens(a.views, "documents", "causal_lm", a.batches, a.seed, a.batch)
+    drawn = f"{a.batches} batches of {a.batch}, seed {a.seed}"
     print(f"good-view pair: {pair:.2f} tokens per sample; document: {doc:.2f} ({drawn})")
     print(f"token ratio = sample ratio x {doc / pair:.3f}")
     if a.sample_ratio:

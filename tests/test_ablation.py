@@ -388,3 +388,36 @@ def test_contamination_recipe_sweeps_what_dedup_removes(quick):
     # the world (and its leak) and the image encoder do not depend on what dedup removes
     assert len({c.cfg.world.model_dump_json() for c in cells}) == 1
     assert len({c.cfg.train.models["image"].model_dump_json() for c in cells}) == 1
+
+
+def test_the_wordnet_budget_recipes_plan_the_runs_their_docs_report():
+    """configs/wordnet_scaling.yaml and wordnet_efficiency.yaml (docs/realdata.md, issue 41):
+    the budgets, widths and next-token's sample-matched steps the hypotheses were written for."""
+    abl, cells = load_ablation("configs/wordnet_scaling.yaml")
+    grid = [c for c in cells if c.kind == "grid"]
+    assert {(c.row, c.cfg.train.models["good"].width, c.cfg.train.models["good"].steps) for c in grid} == {
+        ("w64", 64, 1500),
+        ("w128", 128, 1500),
+    }
+    scaled = {(c.row, c.steps) for c in cells if c.kind == "scaling"}
+    assert scaled == {("w64", s) for s in (94, 188, 375, 750)}  # 16x below the held-out 1,500
+    _, cells = load_ablation("configs/wordnet_scaling.yaml", ["scaling.row=w128"])
+    assert {(c.row, c.steps) for c in cells if c.kind == "scaling"} == {("w128", s) for s in (94, 188, 375, 750)}
+    abl, cells = load_ablation("configs/wordnet_efficiency.yaml")
+    assert len(cells) == 3 and abl.seeds == [0, 1, 2]
+    models = cells[0].cfg.train.models
+    assert models["ntp"].steps == models["good"].steps == 1500
+    assert models["ntp"].batch_size == models["good"].batch_size == 128
+    assert [i.id for i in instances(cells[0].cfg) if i.stage == "curve"] == ["curve:good", "curve:ntp"]
+
+
+def test_the_large_wordnet_recipe_is_the_one_its_hypothesis_fixed():
+    """configs/wordnet_large.yaml as docs/realdata.md wrote it down before its run."""
+    from platonic.core.config import load_config
+
+    cfg = load_config("configs/wordnet_large.yaml")
+    good = cfg.train.models["good"]
+    assert (cfg.views.tokenizer, cfg.views.vocab_size, cfg.views.max_len) == ("wordpiece", 16000, 48)
+    assert (good.width, good.layers, good.heads, good.steps, good.batch_size, good.lam) == (256, 4, 4, 3500, 128, 0.05)
+    assert good.checkpoint_every == 1000 * good.batch_size  # resumable every 1,000 steps
+    assert cfg.evaluate.text_models == ["good"] and cfg.evaluate.layers == "best"
