@@ -747,3 +747,19 @@ def test_audit_and_caption_reports_do_not_print_bidi_or_zero_width_characters(tm
     for text in (md, (tmp_path / "examples.md").read_text(), (tmp_path / "examples.html").read_text()):
         hidden = [hex(ord(c)) for c in text if c in "\u202e\u202c\u200b\u00ad\u2067"]
         assert hidden == [] and "\\u202e" in text
+
+
+def test_a_tar_member_repeated_within_a_sample_is_quarantined_not_lost(tmp_path):
+    """Issue 43: `dup.txt` twice in a row made one sample whose second text replaced the
+    first: 4 text members, `texts in 3 = kept 3 + quarantined 0`. The repeat now starts a
+    sample of its own, quarantined as duplicate_key naming the member: the first is kept."""
+    _tar(
+        tmp_path / "d.tar",
+        [("a.txt", b"first a"), ("dup.txt", b"first dup"), ("dup.txt", b"second dup"), ("b.txt", b"first b")],
+    )
+    c, results = run([tmp_path / "d.tar"], tmp_path, "wds")
+    assert [r.error for r in results] == [""]
+    assert (c["in"], c["kept"], c.get("quarantined_duplicate_key")) == (4, 3, 1)
+    kept = rows(tmp_path / "out", "texts", "image_id, text")
+    assert kept == [("a", "first a"), ("dup", "first dup"), ("b", "first b")]
+    assert rows(tmp_path / "out", "quarantine", "field, reason, raw") == [("dup.txt", "duplicate_key", "second dup")]
