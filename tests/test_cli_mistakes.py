@@ -38,6 +38,7 @@ CASES = [
     ("run-set-key", ["run", str(TINY), "--set", "world.sed=1"], 2, "unknown key 'world.sed'"),
     ("run-set-value", ["run", str(TINY), "--set", "world.seed=abc"], 2, "'world.seed'"),
     ("run-set-model", ["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], 2, "zzz"),
+    ("run-image-as-text", ["run", str(TINY), "--set", "evaluate.text_models=[image]"], 2, "'image' is an image_jepa"),
     ("run-only", ["run", str(TINY), "--only", "nope"], 2, "unknown stage 'nope'"),
     ("run-from", ["run", str(TINY), "--from", "nope"], 2, "unknown stage 'nope'"),
     ("run-force", ["run", str(TINY), "--force", "nope"], 2, "unknown stage 'nope'"),

@@ -603,6 +603,14 @@ class PipelineConfig(Section):
         for ref in ev.text_models:
             if ref not in names:
                 raise ValueError(f"evaluate refers to model {ref!r}, not in train.models {sorted(names)}")
+            if self.train.models[ref].kind == "image_jepa":
+                # scored as a text model it is scored against the image side, itself: a
+                # perfect, meaningless score with exit 0
+                texts = sorted(n for n, m in self.train.models.items() if m.kind != "image_jepa")
+                raise ValueError(
+                    f"evaluate.text_models: {ref!r} is an image_jepa (an image encoder), not a text model; "
+                    f"text models are: {', '.join(texts) or 'none in train.models'}"
+                )
         if self.ingest.source == "wordnet":  # the image side is the concepts' classifier, not a trained model
             if ev.image_model in names:
                 raise ValueError(
