@@ -31,7 +31,8 @@ CASES = [
     ("help", ["--help"], 0, None),
     ("align-missing", ["align", "missing.npy", "b.npy"], 2, "missing.npy: no such feature file"),
     ("align-missing-second", ["align", "b.npy", "missing.npy"], 2, "missing.npy: no such feature file"),
-    ("align-folder", ["align", "folder", "b.npy"], 2, "folder: no such feature file"),
+    ("align-folder", ["align", "folder", "b.npy"], 2, "folder: a folder, not a feature file"),
+    ("align-folder-second", ["align", "b.npy", "folder"], 2, "folder: a folder, not a feature file"),
     ("align-format", ["align", "notes.txt", "b.npy"], 2, "notes.txt: unsupported feature format '.txt'"),
     ("align-metric", ["align", "b.npy", "b.npy", "--metric", "nope"], 2, None),
     ("run-missing", ["run", "missing.yaml"], 2, "no such recipe file"),
@@ -53,6 +54,13 @@ CASES = [
     ("export-run-id", ["export", "not/a-run", "dest", "--out-dir", "store"], 2, "no MLflow run 'not/a-run' in sqlite:"),
     ("export-dest-file", ["export", RUN_ID, "b.npy", "--out-dir", "store"], 2, "b.npy: not a folder"),
     ("export-dest-full", ["export", RUN_ID, "folder", "--out-dir", "store"], 2, "folder: not empty"),
+    # issue 43: a DEST below a file was a NotADirectoryError traceback from save_pretrained
+    (
+        "export-dest-under-file",
+        ["export", RUN_ID, "b.npy/model", "--out-dir", "store"],
+        2,
+        "b.npy is a file, not a folder",
+    ),
     ("export-no-store", ["export", RUN_ID, "dest", "--out-dir", "nostore"], 2, "no store at"),
     ("lineage-run-id", ["lineage", "a run", "--out-dir", "store"], 1, "no MLflow run 'a run' in sqlite:"),
     ("lineage-run-id-slash", ["lineage", "../x", "--out-dir", "store"], 1, "no MLflow run '../x'"),
