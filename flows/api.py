@@ -63,7 +63,7 @@ def run_config(
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server(where)  # before anything imports Prefect
     if only:  # its upstream must be cached: say so now, before Prefect or MLflow is imported
-        require_cached(cfg, modes, f"build them first: {command}")
+        require_cached(cfg, modes, f"build them first: {command}", command)
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)
     from platonic.tasks import tracking

@@ -94,6 +94,15 @@ def load_ablation(
         cells.append(Cell(name, kind, row, seed, cfg, steps))
         return cfg
 
+    # columns become each cell's evaluate.text_models, which refuses an image model in its own
+    # words: say it in the ablation's (a base that fails here is named by its first cell below)
+    try:
+        models = validate_recipe(base_raw, base_origin, shared).train.models
+    except ConfigError:
+        models = {}
+    for m in abl.columns:
+        if m in models and models[m].kind == "image_jepa":
+            raise ConfigError(f"{origin}: column {m!r} is the image model; columns are text models")
     eff = abl.efficiency
     curve_set = [f"train.models.{m}.snapshots={eff.snapshots}" for m in (eff.model, eff.reference)] if eff else []
     for seed in abl.seeds:
@@ -105,10 +114,6 @@ def load_ablation(
                 seed,
                 [f"evaluate.text_models={_yaml_value(abl.columns)}", *curve_set],
             )
-    for m in abl.columns:
-        kind = cfg.train.models[m].kind
-        if kind == "image_jepa":
-            raise ConfigError(f"{origin}: column {m!r} is the image model; columns are text models")
     if abl.scaling:
         sc = abl.scaling
         full = cfg.train.models[sc.model].total_steps

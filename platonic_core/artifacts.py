@@ -19,6 +19,7 @@ import errno
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -197,6 +198,29 @@ def describe_schema(folder: Path) -> dict[str, Any]:
     return out
 
 
+def committed(root: Path) -> tuple[list[Path], list[Path]]:
+    """The committed artifact folders under a store's root (those holding a manifest), and
+    the symbolic links to folders found there, which are not followed: what a link points
+    to is not the store's, so it is neither verified nor taken as a cache hit. Dot folders
+    below the root (staging, scratch) are not artifacts yet; only names below the root are
+    tested, since the store itself may sit in a dot folder (the default `.platonic`)."""
+    folders: list[Path] = []
+    links: list[Path] = []
+    for here, dirs, files in os.walk(root):
+        if MANIFEST in files and Path(here) != Path(root):
+            folders.append(Path(here))
+        for d in list(dirs):
+            if (Path(here) / d).is_symlink():
+                links.append(Path(here) / d)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (Path(here) / d).is_symlink())
+    return sorted(folders), sorted(links)
+
+
+def link_problem(link: Path) -> str:
+    """One line on an artifact folder that is a symbolic link, naming it and its target."""
+    return f"{link}: a symbolic link to {os.readlink(link)}, not a folder of the store"
+
+
 class ForeignFolderError(ValueError):
     """A folder the tool was told to write in holds files it did not write: refused, and
     nothing there is touched. The message is one line naming the folder and what is there."""
@@ -247,6 +271,10 @@ class ArtifactStore:
         """The committed artifact of (stage, key), or None. `warn(line)` hears of a manifest
         that cannot be read (default: the `platonic` logger); that artifact is a miss."""
         folder = self.folder(stage, cache_key)
+        if folder.is_symlink():
+            # files outside the store are not a cache hit; the commit replaces the link
+            (warn or _warn)(f"{link_problem(folder)}: treated as a cache miss, the stage re-executes and replaces it")
+            return None
         if not (folder / MANIFEST).is_file():
             return None
         return _read_or_miss(folder, warn)
@@ -327,7 +355,9 @@ class ArtifactStore:
                 raise DiskFullError(final) from e
             raise
         if staged:
-            if final.exists():  # a forced re-run (or a miss on an unreadable manifest) replaces it
+            if final.is_symlink():  # only the link goes: what it points to is not the store's
+                final.unlink()
+            elif final.exists():  # a forced re-run (or a miss on an unreadable manifest) replaces it
                 shutil.rmtree(final)
             tmp.rename(final)
         manifest.uri = str(final)

@@ -39,6 +39,11 @@ class UpstreamNotCached(RuntimeError):
     """`--only S`: an input of S has no cached artifact for this recipe."""
 
 
+class CorruptCache(UpstreamNotCached):
+    """`--only S`: an input of S is cached, but its files are not what was committed (the
+    message names the artifact, what changed and the `--force` that rebuilds it)."""
+
+
 class IncompleteArtifact(RuntimeError):
     """A stage committed an artifact with failed shards (the others are kept; a rerun
     retries the failed ones). Carries the manifest."""

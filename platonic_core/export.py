@@ -88,6 +88,9 @@ def check_dest(dest: Path) -> Path:
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise ValueError(f"{dest}: not a folder; give a new or empty folder")
+    # a folder cannot be made below a file: save_pretrained's NotADirectoryError was a traceback
+    if above := next((p for p in dest.parents if p.exists() and not p.is_dir()), None):
+        raise ValueError(f"{dest}: {above} is a file, not a folder; give a new or empty folder")
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest}: not empty; give a new or empty folder")
     return dest

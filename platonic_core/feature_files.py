@@ -17,6 +17,8 @@ def check_feature_file(path: str | Path) -> Path:
     """`path` as a Path, or FileNotFoundError (not a file: missing, a folder) or ValueError
     (a suffix no reader takes), one line naming it."""
     path = Path(path)
+    if path.is_dir():  # "no such feature file" sent the user looking for a typo
+        raise FileNotFoundError(f"{path}: a folder, not a feature file (give one {', '.join(SUFFIXES)} file)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such feature file")
     if path.suffix not in SUFFIXES:

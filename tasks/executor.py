@@ -39,6 +39,7 @@ from platonic.core import interrupt
 from platonic.core.artifacts import ArtifactStore, Manifest, verify
 from platonic.core.config import PipelineConfig
 from platonic.core.contract import (
+    CorruptCache,
     IncompleteArtifact,
     StageCall,
     StageHooks,
@@ -201,8 +202,9 @@ def _execute_locked(
     if hit is not None and mode != FORCE and (problem := verify(hit)):
         # a corrupt cache must not feed a run: rebuild (the new commit replaces the folder)
         if mode == CACHED_ONLY:
-            raise UpstreamNotCached(
-                f"stage {inst.id}: the cached artifact {hit.uri} is corrupt ({problem}); rerun without --only"
+            raise CorruptCache(  # found here only if it changed after the check before the run (dag.require_cached)
+                f"stage {inst.id}: the cached artifact {hit.uri} is corrupt ({problem}); rebuild it: "
+                f"platonic run RECIPE --force {inst.id}, then rerun with --only"
             )
         log.warning("%-14s cache hit  %s failed verification: %s; rebuilding it", inst.id, key, problem)
         hit = None

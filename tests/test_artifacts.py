@@ -183,3 +183,67 @@ def test_platonic_verify_rehashes_every_file_and_catches_what_the_fast_path_trus
     assert "platonic run RECIPE --force views" in r.output and "1 changed" in r.output
     missing = CliRunner().invoke(app, ["verify", "--out-dir", str(tmp_path / "nothing")])
     assert missing.exit_code == 2
+
+
+# ---- issue 43: verify on the default store, symlinked artifact folders ----------------------
+
+
+def _tamper_in_place(path) -> None:
+    """The fast path's blind spot: one byte changed, size kept, mtime set back."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[0] ^= 1
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_platonic_verify_checks_the_default_store_in_a_dot_folder(tmp_path, monkeypatch):
+    """`.platonic` (the default out_dir) is a dot folder: verify skipped every artifact of it,
+    because it tested the parts of the absolute path for a leading dot, not those below the
+    artifact root. It printed `0 artifacts verified` and exited 0 over a tampered file."""
+    from typer.testing import CliRunner
+
+    from platonic.flows.cli import app
+
+    monkeypatch.delenv("PLATONIC_OUT_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    m = _commit(ArtifactStore(tmp_path / ".platonic" / "artifacts"), {"model.safetensors": b"weights" * 100})
+    # staging scratch below the root is still not an artifact
+    (m.path.parent / ".k2.tmp-elsewhere-1").mkdir()
+    (m.path.parent / ".k2.tmp-elsewhere-1" / "manifest.json").write_text("{}")
+    ok = CliRunner().invoke(app, ["verify"])
+    assert ok.exit_code == 0 and "1 artifacts verified (every file rehashed): 0 changed" in ok.output
+    _tamper_in_place(m.path / "model.safetensors")
+    r = CliRunner().invoke(app, ["verify"])
+    assert r.exit_code == 1, r.output
+    assert f"changed: {m.path}: model.safetensors changed after it was committed (sha256 differs)" in r.output
+    assert "1 artifacts verified (every file rehashed): 1 changed" in r.output
+
+
+def test_a_symlinked_artifact_folder_is_named_by_verify_and_replaced_by_the_next_commit(tmp_path):
+    """An artifact folder replaced by a symbolic link: verify skipped it without a word, and
+    every rerun failed with `Cannot call rmtree on a symbolic link` (no path named). Now verify
+    names the link (exit 1), a lookup is a miss that says why, and the commit replaces the
+    link, leaving what it pointed to untouched."""
+    from typer.testing import CliRunner
+
+    from platonic.flows.cli import app
+
+    store = ArtifactStore(tmp_path / "out" / "artifacts")
+    m = _commit(store, {"t.bin": b"abcd"})
+    elsewhere = tmp_path / "elsewhere"
+    m.path.rename(elsewhere)
+    m.path.symlink_to(elsewhere, target_is_directory=True)
+    _tamper_in_place(elsewhere / "t.bin")
+    r = CliRunner().invoke(app, ["verify", "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 1, r.output
+    assert f"{m.path}: a symbolic link to {elsewhere}" in r.output
+    heard: list[str] = []
+    assert store.lookup("views", "k1", heard.append) is None
+    (line,) = heard
+    assert str(m.path) in line and "symbolic link" in line and "cache miss" in line
+    again = _commit(store, {"t.bin": b"abcd"})  # what the rerun's commit does
+    assert not again.path.is_symlink() and verify(again, full=True) is None
+    assert (elsewhere / "t.bin").exists()  # the link's target is not the store's to delete
+    ok = CliRunner().invoke(app, ["verify", "--out-dir", str(tmp_path / "out")])
+    assert ok.exit_code == 0 and "1 artifacts verified (every file rehashed): 0 changed" in ok.output

@@ -132,6 +132,16 @@ def test_malformed_overrides_and_cross_field_checks():
         load_config("/nonexistent/recipe.yaml")
 
 
+def test_the_image_encoder_is_refused_as_a_text_model():
+    """Issue 43: `evaluate.text_models=[image]` scored the image encoder against itself as a
+    text model (mutual kNN 1.0, exit 0). One line names the field and the names allowed."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["evaluate.text_models=[good, image]"])
+    msg = str(e.value)
+    assert "\n" not in msg and "evaluate.text_models" in msg and "'image'" in msg, msg
+    assert "image_jepa" in msg and "text models are: bad, good, ntp" in msg, msg
+
+
 def test_recipe_file_round_trip(tmp_path):
     p = tmp_path / "r.yaml"
     p.write_text(

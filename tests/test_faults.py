@@ -294,3 +294,37 @@ def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_run
     assert not list(ckpts.glob("*"))  # committed: the training state is gone
     left = c.search_runs([e.experiment_id for e in c.search_experiments()], "attributes.status = 'RUNNING'")
     assert left == []  # the runs the double Ctrl-C left RUNNING were marked KILLED by the last run
+
+
+def test_only_over_a_corrupt_cached_artifact_is_one_line_naming_it_and_the_fix(tiny_copy, tmp_path):
+    """Issue 43: `--only evaluate` over a corrupt cached `model.safetensors` printed 110 lines
+    of Prefect traceback before its error line, exit 1. The cache is verified before anything
+    starts (the size+mtime fast path, then the digest of a file that moved): one `error:`
+    line names the artifact, what changed and the `--force` that rebuilds it; exit 2; no
+    Prefect server starts and no MLflow run is opened."""
+    out = tiny_copy(tmp_path / "out")
+    folder = artifact(out, "train:good")
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    runs_before = sorted(p.name for p in (out / "runs").iterdir())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
+    env = {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(
+        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--only", "evaluate", "--set", f"out_dir={out}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    line = lines[0]
+    assert str(folder.resolve()) in line and "model.safetensors changed after it was committed" in line, line
+    assert "--force train:good" in line and str(TINY) in line, line
+    assert p.stdout == ""
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
+    assert sorted(p.name for p in (out / "runs").iterdir()) == runs_before

@@ -747,3 +747,55 @@ def test_audit_and_caption_reports_do_not_print_bidi_or_zero_width_characters(tm
     for text in (md, (tmp_path / "examples.md").read_text(), (tmp_path / "examples.html").read_text()):
         hidden = [hex(ord(c)) for c in text if c in "\u202e\u202c\u200b\u00ad\u2067"]
         assert hidden == [] and "\\u202e" in text
+
+
+def test_a_tar_member_repeated_within_a_sample_is_quarantined_not_lost(tmp_path):
+    """Issue 43: `dup.txt` twice in a row made one sample whose second text replaced the
+    first: 4 text members, `texts in 3 = kept 3 + quarantined 0`. The repeat now starts a
+    sample of its own, quarantined as duplicate_key naming the member: the first is kept."""
+    _tar(
+        tmp_path / "d.tar",
+        [("a.txt", b"first a"), ("dup.txt", b"first dup"), ("dup.txt", b"second dup"), ("b.txt", b"first b")],
+    )
+    c, results = run([tmp_path / "d.tar"], tmp_path, "wds")
+    assert [r.error for r in results] == [""]
+    assert (c["in"], c["kept"], c.get("quarantined_duplicate_key")) == (4, 3, 1)
+    kept = rows(tmp_path / "out", "texts", "image_id, text")
+    assert kept == [("a", "first a"), ("dup", "first dup"), ("b", "first b")]
+    assert rows(tmp_path / "out", "quarantine", "field, reason, raw") == [("dup.txt", "duplicate_key", "second dup")]
+
+
+@pytest.mark.parametrize("eol", [b"\r", b"\r\n", b"\n"], ids=["cr", "crlf", "lf"])
+def test_jsonl_lines_may_end_in_cr_crlf_or_lf(tmp_path, eol):
+    """Issue 43: a 100-row JSONL with old-Mac `\\r` line ends was one line, so one row
+    (quarantined); now every line end ingests the same 100 rows. An over-long `\\r` line is
+    still cut at the cap, and the rows after it are read."""
+    src = tmp_path / "cr.jsonl"
+    src.write_bytes(b"".join(json.dumps({"image_id": f"i{n}", "text": f"text {n}"}).encode() + eol for n in range(100)))
+    c, results = run([src], tmp_path, "jsonl")
+    assert [r.error for r in results] == [""]
+    assert (c["in"], c["kept"], c["quarantined"]) == (100, 100, 0)
+    assert rows(tmp_path / "out", "texts", "text")[-1] == ("text 99",)
+    big = tmp_path / "big" / "big.jsonl"
+    big.parent.mkdir()
+    big.write_bytes(
+        b'{"image_id": "a", "text": "' + b"x" * 5000 + b'"}' + eol + b'{"image_id": "b", "text": "two"}' + eol
+    )
+    c, _ = run([big], tmp_path / "big", "jsonl", max_record_bytes=1024)
+    assert (c["in"], c["kept"], c.get("quarantined_over_long_text")) == (2, 1, 1)
+
+
+def test_bounded_lines_splits_on_every_line_end_in_bounded_memory():
+    from platonic.core.data.readers.base import bounded_lines
+
+    def lines(data: bytes, limit: int = 8, chunk: int = 3) -> list[tuple[bytes, bool]]:
+        return list(bounded_lines(io.BytesIO(data), limit, chunk))
+
+    assert lines(b"a\nb\r\nc\rd") == [(b"a\n", False), (b"b\r\n", False), (b"c\r", False), (b"d", False)]
+    assert lines(b"ab\r\ncd\r\n", chunk=3) == [(b"ab\r\n", False), (b"cd\r\n", False)]  # \r|\n across reads
+    assert lines(b"12345678\r" + b"9" * 20 + b"\rok\n") == [
+        (b"12345678\r", False),
+        (b"99999999", True),
+        (b"ok\n", False),
+    ]
+    assert lines(b"") == [] and lines(b"\r\r") == [(b"\r", False), (b"\r", False)]

@@ -6,6 +6,7 @@ pass validation, feature and weight files from anywhere, and the served stack's 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -75,8 +76,8 @@ def test_vllm_python_accepts_a_real_interpreter_and_runs_it_without_a_shell(monk
         seen["cmd"], seen["shell"] = cmd, kw.get("shell", False)
         raise Stop
 
+    backend = VllmOfflineBackend(cfg.positives)  # asks the interpreter what it is: a real Popen
     monkeypatch.setattr(sp, "Popen", popen)
-    backend = VllmOfflineBackend(cfg.positives)
     with pytest.raises(Stop):
         next(backend.generate("recap", [Job(None, [{"role": "user", "content": "x"}], 0)], 4))
     assert seen["cmd"][:2] == [sys.executable, str(RUNNER)] and not seen["shell"]
@@ -93,6 +94,45 @@ def test_vllm_python_that_is_a_script_named_python3_is_refused_and_never_run(tmp
     assert not ran.exists()
     # existence (and what the file is) is checked only when the vllm backend is on
     assert load_config(TINY, [f"positives.vllm_python={fake}"]).positives.vllm_python == str(fake)
+
+
+def _compiled_python3(tmp_path: Path, marker: Path) -> Path:
+    """An ELF executable named python3 (a script would be refused unread) that writes
+    `marker` when it runs and answers like no Python does."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build an ELF executable with")
+    src = tmp_path / "fake.c"
+    src.write_text(
+        "#include <stdio.h>\n"
+        f'int main(void) {{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); puts("NOT PYTHON"); return 0; }}\n'
+    )
+    exe = tmp_path / "bin" / "python3"
+    exe.parent.mkdir()
+    subprocess.run([cc, "-o", str(exe), str(src)], check=True, capture_output=True)
+    return exe
+
+
+def test_validating_a_recipe_starts_no_process_and_the_stage_checks_the_interpreter(tmp_path):
+    """Issue 43: a compiled executable named python3 as positives.vllm_python was run while
+    the recipe was validated (it wrote a file), even when the recipe was then refused for
+    another reason. Validation now only reads the file (exists, executable, ELF, not a
+    script); the run that asks it what it is happens where the positives stage starts."""
+    from platonic.core.positives.vllm_offline import VllmOfflineBackend
+
+    ran = tmp_path / "ran"
+    fake = _compiled_python3(tmp_path, ran)
+    # refused for another reason (no models named): nothing ran
+    msg = one_line_error(lambda: load_config(TINY, ["positives.backend=vllm", f"positives.vllm_python={fake}"]))
+    assert "positives.models" in msg, msg
+    assert not ran.exists()
+    cfg = load_config(TINY, [*VLLM, f"positives.vllm_python={fake}"])  # valid: still nothing ran
+    assert not ran.exists()
+    with pytest.raises(RuntimeError) as e:  # the stage that needs it asks it, and refuses it
+        VllmOfflineBackend(cfg.positives)
+    assert "positives.vllm_python" in str(e.value) and "did not answer as a Python interpreter" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert ran.exists()
 
 
 # ---- trust_remote_code needs the user's flag, not the recipe's say-so ----------------------

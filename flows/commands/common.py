@@ -19,12 +19,13 @@ def fail(msg: str, code: int = 2) -> None:
 
 @contextlib.contextmanager
 def _reported_errors():
-    """Recipe errors, unreadable sources, an output folder holding the user's files -> exit 2;
+    """Recipe errors, unreadable sources, an output folder holding the user's files, a corrupt
+    cached artifact under --only -> exit 2;
     missing cache, a failed stage, a full disk or a Prefect server gone mid-run -> exit 1; Ctrl-C
     -> exit 130 (`ctrl_c`); one `error:` line each (Prefect has already logged a failed stage's
     traceback)."""
     from platonic.core.artifacts import ForeignFolderError
-    from platonic.core.contract import UpstreamNotCached
+    from platonic.core.contract import CorruptCache, UpstreamNotCached
     from platonic.core.data.shard_paths import SourceError
     from platonic.core.durable import disk_full
 
@@ -42,6 +43,8 @@ def _reported_errors():
         )
         services.exit_now(ctrl_c.EXIT_CODE)  # not Prefect's event drain at exit (a server gone with the Ctrl-C)
     except (ConfigError, SourceError, ForeignFolderError) as e:
+        fail(str(e))
+    except CorruptCache as e:  # the fix is the user's to run (a --force named in the line)
         fail(str(e))
     except UpstreamNotCached as e:
         fail(str(e), 1)

@@ -200,8 +200,8 @@ def verify(
 
     The sha256 of every file in OUT_DIR/artifacts, not the size+mtime fast path a cache hit
     takes (which trusts a file whose size and mtime did not move). One line per artifact that
-    changed; exit 1 if any did."""
-    from platonic.core.artifacts import MANIFEST, Manifest, ManifestError
+    changed, and per symbolic link to a folder (not followed); exit 1 if there is any."""
+    from platonic.core.artifacts import Manifest, ManifestError, committed, link_problem
     from platonic.core.artifacts import verify as check
 
     with _reported_errors():
@@ -210,9 +210,12 @@ def verify(
     root = Path(out_dir) / "artifacts"
     if not root.is_dir():
         fail(f"{root}: no artifact store there (is --out-dir the recipe's out_dir?)")
-    # committed folders only: staging and scratch (dot folders) are not artifacts yet
-    folders = sorted(m.parent for m in root.rglob(MANIFEST) if not any(p.startswith(".") for p in m.parts))
+    folders, links = committed(root)
     changed = 0
+    for link in links:  # not followed: what it points to is not the store's
+        typer.echo(
+            f"not verified: {link_problem(link)} (a run takes no linked artifact folder as a hit, and replaces it)"
+        )
     for folder in folders:
         try:
             m = Manifest.read(folder)
@@ -224,6 +227,7 @@ def verify(
             # its size and mtime may still match: a cache hit would trust it, so say how to rebuild
             changed += 1
             typer.echo(f"changed: {folder}: {problem}; rebuild it: platonic run RECIPE --force {m.stage}")
-    typer.echo(f"{len(folders)} artifacts verified (every file rehashed): {changed} changed")
-    if changed:
+    skipped = f", {len(links)} symbolic links not followed" if links else ""
+    typer.echo(f"{len(folders)} artifacts verified (every file rehashed): {changed} changed{skipped}")
+    if changed or links:
         raise typer.Exit(1)

@@ -64,8 +64,9 @@ from .readers import (
 from .schema import QUARANTINE_SCHEMA, TEXT_SCHEMA
 
 # bump when the normalisation or the rules change: shard caches re-run (3: the BOM, lone
-# surrogates, repeated columns and length-prefixed keys of issue 33)
-RULES_VERSION = 3
+# surrogates, repeated columns and length-prefixed keys of issue 33; 4: a tar member repeated
+# within a sample is a row of its own, issue 43)
+RULES_VERSION = 4
 REASONS = (
     "missing_field",
     "schema_mismatch",

@@ -13,6 +13,9 @@ the batches the runner finished after the last read.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -28,10 +31,45 @@ if TYPE_CHECKING:
 RUNNER = Path(__file__).with_name("vllm_runner.py")
 
 
+def check_interpreter(value: str) -> None:
+    """RuntimeError (one line naming positives.vllm_python) unless `value` is a Python
+    interpreter: the recipe's checks read the file (ELF, not a script, named python*); this
+    one runs it, in isolated mode with a short timeout, so it happens only where the stage
+    that needs it starts, never while a recipe is validated."""
+    from ..config.pipeline import PYTHON_NAME, require_python_binary
+
+    def refuse(why: str) -> RuntimeError:
+        return RuntimeError(f"positives.vllm_python {value!r}: {why}")
+
+    found = shutil.which(value)
+    if found is None:
+        raise refuse("no such executable (not a file, not on PATH)")
+    real = Path(os.path.realpath(found))
+    if not PYTHON_NAME.fullmatch(real.name):
+        raise refuse(f"resolves to {real}, not a python interpreter")
+    try:
+        require_python_binary(real)  # again: the file may have changed since the recipe was read
+    except ValueError as e:
+        raise refuse(str(e)) from None
+    try:
+        said = subprocess.run(
+            [str(real), "-I", "-c", "import sys; print(sys.implementation.name)"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise refuse(f"{real} did not answer as a Python interpreter ({type(e).__name__})") from None
+    if said.returncode != 0 or not re.fullmatch(r"[a-z]+", said.stdout.strip()):
+        raise refuse(f"{real} did not answer as a Python interpreter (sys.implementation.name)")
+
+
 class VllmOfflineBackend:
     name = "vllm"
 
     def __init__(self, cfg: PositivesConfig, env: dict[str, str] | None = None, poll_s: float = 0.2):
+        check_interpreter(cfg.vllm_python)  # the stage starts: now it may be run
         self.cfg = cfg
         self.env = env  # the child's environment (None: inherit)
         self.poll_s = poll_s

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..artifacts import ArtifactStore, Manifest
+from ..artifacts import ArtifactStore, Manifest, verify
 from ..config import ConfigError, PipelineConfig
-from ..contract import StageInstance, UpstreamNotCached, cache_key, input_digests
+from ..contract import CorruptCache, StageInstance, UpstreamNotCached, cache_key, input_digests
 from .pipeline import ORDER, closure, instances, is_real
 from .registry import spec_of
 
@@ -106,14 +106,24 @@ def plan(
 
 
 def uncached(cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore) -> list[str]:
+    """The instances a plan takes from the cache that `store` does not hold (`cached_inputs`)."""
+    return cached_inputs(cfg, modes, store)[0]
+
+
+def cached_inputs(
+    cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore
+) -> tuple[list[str], list[tuple[str, Manifest, str]]]:
     """The instances a plan takes from the cache (CACHED_ONLY: `--only`'s upstream) that
     `store` does not hold for this recipe, in execution order: what the executor would stop
     on, found before anything starts. Each key is computed as the executor computes it, on
     its inputs' cached manifests; an instance reading a missing one is missing too, one
     reading an instance this run executes (`--force` of an upstream) is left to the executor
-    (its key depends on that output)."""
+    (its key depends on that output). Second: (instance, manifest, what changed) of the hits
+    whose files fail verification (`artifacts.verify`, the fast path a cache hit takes), which
+    the executor would stop on too, after Prefect had started and logged its traceback."""
     found: dict[str, Manifest] = {}
     missing: list[str] = []
+    corrupt: list[tuple[str, Manifest, str]] = []
     for inst in instances(cfg):
         if modes.get(inst.id) != CACHED_ONLY:
             continue
@@ -128,20 +138,35 @@ def uncached(cfg: PipelineConfig, modes: dict[str, str], store: ArtifactStore) -
         hit = store.lookup(inst.id, cache_key(spec, inst, cfg, input_digests(spec, inst, cfg, inputs, roles)))
         if hit is None or hit.incomplete:
             missing.append(inst.id)
-        else:
-            found[inst.id] = hit
-    return missing
+            continue
+        if problem := verify(hit):
+            corrupt.append((inst.id, hit, problem))
+        found[inst.id] = hit  # what reads it is keyed on its recorded digest: found too
+    return missing, corrupt
 
 
-def require_cached(cfg: PipelineConfig, modes: dict[str, str], rebuild: str) -> None:
+def require_cached(
+    cfg: PipelineConfig, modes: dict[str, str], rebuild: str, command: str = "platonic run RECIPE"
+) -> None:
     """Raise UpstreamNotCached, naming them, if stages the plan takes from the cache (`--only
-    S`'s upstream) are not there: before a parent run opens (and, from the CLI, before
-    Prefect or MLflow is imported). `rebuild`: what to do about it, the message's end."""
-    missing = uncached(cfg, modes, ArtifactStore.of(cfg.out_dir))
+    S`'s upstream) are not there, or CorruptCache, naming the first artifact whose files fail
+    verification and the run that rebuilds it: before a parent run opens (and, from the CLI,
+    before Prefect or MLflow is imported). `rebuild`: what to do about missing stages, the
+    message's end; `command`: the user's command without --only."""
+    missing, corrupt = cached_inputs(cfg, modes, ArtifactStore.of(cfg.out_dir))
     if missing:
         selected = ", ".join(i for i, m in modes.items() if m == FORCE)
         where = Path(cfg.out_dir).resolve()  # from another folder, which store was looked in says why
         raise UpstreamNotCached(
             f"{selected} reads stages that are not cached for this recipe in the store {where} "
             f"({', '.join(missing)}); {rebuild}"
+        )
+    if corrupt:
+        inst, hit, problem = corrupt[0]
+        more = f" ({len(corrupt) - 1} more cached artifacts fail too: {', '.join(i for i, _, _ in corrupt[1:])})"
+        # a plain run would rebuild it; --only takes it from the cache, so say which run does
+        raise CorruptCache(
+            f"stage {inst}: the cached artifact {hit.path} is corrupt ({problem}); rebuild it: "
+            f"{command} {' '.join(f'--force {i}' for i, _, _ in corrupt)}, then rerun with --only"
+            + (more if len(corrupt) > 1 else "")
         )

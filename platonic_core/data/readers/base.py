@@ -117,17 +117,31 @@ def id_array(ids: list[str | None]) -> tuple[pa.Array, list[bool]]:
 
 
 def bounded_lines(fh, limit: int, chunk: int = 1 << 20) -> Iterator[tuple[bytes, bool]]:
-    """(line, over) per physical line of a binary file, the newline kept: a line longer than
-    `limit` bytes yields only its first `limit` bytes with over=True, and the rest of it is
-    read in chunks and dropped, so memory is bounded by `limit` + `chunk` whatever the file."""
-    while line := fh.readline(limit + 1):
-        if len(line) <= limit or line.endswith(b"\n"):
-            yield line, False
-            continue
-        prefix = line[:limit]
-        while (rest := fh.readline(chunk)) and not rest.endswith(b"\n"):
-            pass
-        yield prefix, True
+    """(line, over) per line of a binary file, its line end kept. A line ends at \n, \r\n or
+    a bare \r (old-Mac files: read as lines at \n only, 100 such JSONL rows were one row). A
+    line whose content is longer than `limit` bytes yields only its first `limit` bytes with
+    over=True, and the rest of it is read in chunks and dropped, so memory is bounded by
+    `limit` + `chunk` whatever the file."""
+    buf, dropping = b"", False  # dropping: inside a line past `limit`, read to its end, not kept
+    while True:
+        data = fh.read(chunk)
+        lines = (buf + data).splitlines(keepends=True)  # bytes: \n, \r\n and \r only
+        # the last piece may go on in the next read (a \r last may be half of \r\n)
+        buf = lines.pop() if data and lines and not lines[-1].endswith(b"\n") else b""
+        for line in lines:
+            if dropping:  # the end of a line already cut
+                dropping = False
+                continue
+            end = 2 if line.endswith(b"\r\n") else 1 if line.endswith((b"\n", b"\r")) else 0
+            yield (line[:limit], True) if len(line) - end > limit else (line, False)
+        if not data:
+            return
+        held = buf.endswith(b"\r")  # a line end, or half of one: kept for the next read
+        if dropping or len(buf) - held > limit:
+            if not dropping:
+                yield buf[:limit], True
+            dropping = True
+            buf = b"\r" if held else b""
 
 
 def str_or_none(v: Any) -> str | None:

@@ -56,6 +56,12 @@ class _Prefix(bytes):
     """The first bytes of a member longer than the reader's limit for it (the rest unread)."""
 
 
+# in a sample's parts: the name of the member that repeated one of the sample before it
+# (`dup.txt` twice in a row). It starts a sample of its own, quarantined as a duplicate
+# naming the member: folded into the first, it replaced a text that was then counted nowhere
+REPEATED = "!repeated"
+
+
 class WdsReader(Reader):
     """Samples are runs of tar members sharing a key (the path up to the first dot of the
     file name). Text columns: `txt` (the .txt member) and `json.<field>` (a field of the
@@ -122,9 +128,9 @@ class WdsReader(Reader):
             prov["member_key"].append(safe_str(key))
             prov["url"].append(str_or_none(meta.get("url")) if meta else None)
             prov["sha256"].append(str_or_none(meta.get("sha256")) if meta else None)
-            prov["members"].append(safe_str(",".join(sorted(e for e in parts if not e.startswith("@")))))
+            prov["members"].append(safe_str(",".join(sorted(e for e in parts if not e.startswith(("@", "!"))))))
             for ext, loc in parts.items():
-                if ext.startswith("@"):
+                if ext.startswith("@") and REPEATED not in parts:  # a repeat's image is not located
                     img_rows.append((safe_str(image_id), tar_name, safe_str(loc[0]), loc[1], loc[2], safe_str(ext[1:])))
         # a member name that is not UTF-8 (a GNU tar written in Latin-1) costs its sample, not the shard
         image_ids, not_utf8 = id_array(ids)
@@ -132,10 +138,19 @@ class WdsReader(Reader):
             "image_id": image_ids,
             "source_row": pa.array(range(row0, row0 + len(samples)), pa.int64()),
         }
-        if any(not_utf8):
-            cols[REASON] = pa.array(["invalid_utf8" if b else None for b in not_utf8], pa.string())
+        repeated = [parts.get(REPEATED) for _, parts in samples]
+        if any(not_utf8) or any(r is not None for r in repeated):
             id_field = self.id_column or "image_id"
-            cols[REASON_FIELD] = pa.array([id_field if b else None for b in not_utf8], pa.string())
+            reasons = [
+                "duplicate_key" if r is not None else "invalid_utf8" if b else None
+                for r, b in zip(repeated, not_utf8, strict=True)
+            ]
+            where = [
+                safe_str(r) if r is not None else id_field if b else None
+                for r, b in zip(repeated, not_utf8, strict=True)
+            ]
+            cols[REASON] = pa.array(reasons, pa.string())
+            cols[REASON_FIELD] = pa.array(where, pa.string())
         for c in self.text_columns:
             cols[c] = pa.array(texts[c], pa.binary())
             cols[MISMATCH + c] = pa.array(bad[c], pa.bool_())
@@ -168,13 +183,15 @@ class WdsReader(Reader):
                         if not dot:
                             continue  # a member without an extension is no part of a sample
                         key = f"{d}/{stem}" if d else stem
-                        if key != cur_key:
+                        ext = ext.lower()
+                        slot = "@" + ext if ext in IMAGE_EXTS else ext
+                        if key != cur_key or slot in cur:
                             if cur_key is not None:
                                 samples.append((cur_key, cur))
-                            cur_key, cur = key, {}
-                        ext = ext.lower()
+                            # a member the sample already has starts a sample of its own
+                            cur_key, cur = key, ({REPEATED: m.name} if key == cur_key else {})
                         if ext in IMAGE_EXTS:  # located, not read: the recaptioner opens it later
-                            cur["@" + ext] = (m.name, m.offset_data, m.size)
+                            cur[slot] = (m.name, m.offset_data, m.size)
                         elif ext in self.limits:  # read up to its limit, one byte more tells
                             limit = self.limits[ext]
                             f = tf.extractfile(m)
