@@ -11,9 +11,11 @@ ablation's summary stage, a caption flow's report, run or reused).
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 
 from platonic.core.artifacts import MANIFEST, ArtifactStore, Manifest
 from platonic.core.config import ModelConfig
@@ -171,7 +173,11 @@ def export_provenance(run_id: str, out_dir: str) -> dict:
     """What an exported encoder says about itself, read from MLflow: its train run, the flow
     run that trained it (git commit, recipe, config digest), its logged model and registered
     versions, and its latest evaluation run's scores (`best_layer` among them)."""
-    c = tracking.client(out_dir)
+    return provenance(tracking.client(out_dir), run_id)
+
+
+def provenance(c: MlflowClient, run_id: str) -> dict:
+    """export_provenance on a client: what the export and the logged model's platonic.json say."""
     try:
         run = c.get_run(run_id)
     except MlflowException as e:
@@ -207,3 +213,31 @@ def export_provenance(run_id: str, out_dir: str) -> dict:
         if "best_layer" in metrics:
             prov["best_layer"] = int(metrics["best_layer"])
     return {k: v for k, v in prov.items() if v is not None}
+
+
+def describe_evaluated_model(c: MlflowClient, train_run_id: str) -> None:
+    """After an evaluation of a train run's logged model: its platonic.json gains what the
+    export's says (provenance, the latest evaluation's scores, `best_layer`) and a model card
+    (README.md, the export's). Its pyfunc reads the layer there when loaded
+    (tasks/encoder_model.py), so `predict` pools at the layer the card names. The weights
+    are not touched; a later evaluation rewrites both files."""
+    import mlflow.artifacts
+
+    from platonic.core.export import model_card, write_extras
+
+    prov = provenance(c, train_run_id)
+    if "model_id" not in prov:
+        return
+    logged = c.get_logged_model(prov["model_id"])
+    with tempfile.TemporaryDirectory() as tmp:
+        got = mlflow.artifacts.download_artifacts(
+            artifact_uri=f"{logged.artifact_location.rstrip('/')}/platonic.json",
+            dst_path=tmp,
+            tracking_uri=c.tracking_uri,
+        )
+        info = {**json.loads(Path(got).read_text()), **prov}
+        out = Path(tmp) / "card"
+        out.mkdir()
+        write_extras(out, info, {})
+        (out / "README.md").write_text(model_card(info))
+        c.log_model_artifacts(prov["model_id"], str(out))

@@ -387,9 +387,11 @@ def log_trained_model(
     with the client, in the run's experiment (the fluent call would put it in the default
     one outside an active run). Returns its id."""
     import mlflow
-    import mlflow.transformers
+    from mlflow.models import Model
 
-    from platonic.core.export import pretrained_parts, write_extras
+    from platonic.core.export import pretrained_parts
+
+    from . import encoder_model
 
     net, tok, info, tensors = pretrained_parts(train_dir, mcfg)
     logged = c.create_logged_model(
@@ -402,20 +404,22 @@ def log_trained_model(
     )
     with _fluent_store(c.tracking_uri), no_model_card_warnings():
         try:
-            mlflow.transformers.log_model(
-                transformers_model={"model": net, "tokenizer": tok},
+            Model.log(  # mlflow.transformers.log_model, with the pyfunc the card describes (encoder_model)
+                artifact_path=None,  # deprecated for `name`, but still a positional parameter
                 name=registered_name,
+                flavor=encoder_model,
+                transformers_model={"model": net, "tokenizer": tok},
                 task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
+                signature=encoder_model.signature(net.config.hidden_size),
+                input_example=encoder_model.INPUT_EXAMPLE,
                 pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
+                extras=({**info, "run_id": run_id, "model_id": logged.model_id}, tensors),
                 run_id=run_id,
                 model_id=logged.model_id,
             )
         except Exception:
             c.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
             raise
-        with tempfile.TemporaryDirectory() as tmp:
-            write_extras(Path(tmp), {**info, "run_id": run_id, "model_id": logged.model_id}, tensors)
-            c.log_model_artifacts(logged.model_id, tmp)
         mlflow.register_model(f"models:/{logged.model_id}", registered_name)
     return logged.model_id
 

@@ -141,6 +141,48 @@ def test_the_export_is_hub_ready(tiny_run, tmp_path, name):
     torch.testing.assert_close(masked_mean(h, batch["attention_mask"]), ours[m["layer_a"]])
 
 
+@pytest.mark.parametrize("name", ["good", "ntp"])
+def test_the_registered_model_predicts_the_exported_models_pooled_features(tiny_run, tmp_path, monkeypatch, name):
+    """Issue 44 item 1: pyfunc predict of N texts is (N, D), the card's pooling (masked mean)
+    at the card's layer (the evaluation's best): the features of `platonic export`'s folder."""
+    import mlflow
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from platonic.core.export import export_pretrained
+    from platonic.core.models.pooling import masked_mean
+    from platonic.tasks.lineage import export_provenance, train_artifact
+
+    out, res = tiny_run
+    m = res["models"][name]
+    c = MlflowClient(res["tracking_uri"])
+    (version,) = [v for v in c.search_model_versions(f"name = 'tiny-{name}'") if v.run_id == m["train_run_id"]]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", res["tracking_uri"])  # as a user points mlflow at the store
+    model = mlflow.pyfunc.load_model(f"models:/tiny-{name}/{version.version}")
+    texts = ["a small red circle", "two blue squares at the top", "a large green triangle on the left"]
+    got = model.predict(texts)
+    # the exported folder, read the way its card says
+    folder, mcfg = train_artifact(m["train_run_id"], str(out))
+    dest = tmp_path / "hf"
+    export_pretrained(folder, mcfg, dest, export_provenance(m["train_run_id"], str(out)))
+    hf, tok = AutoModel.from_pretrained(dest), AutoTokenizer.from_pretrained(dest)
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h = hf(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True
+        ).hidden_states[hf.config.platonic_layer]
+    want = masked_mean(h, batch["attention_mask"]).numpy()
+    assert got.shape == (3, hf.config.hidden_size) == want.shape
+    assert hf.config.platonic_layer == m["layer_a"]
+    assert abs(got - want).max() < 1e-5
+    # the logged model's card and platonic.json name that layer, and it ships an input example
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/tiny-{name}/{version.version}", dst_path=tmp_path / "m"))
+    assert json.loads((local / "platonic.json").read_text())["best_layer"] == m["layer_a"]
+    assert "platonic_layer" in (local / "README.md").read_text()
+    example = model.metadata.load_input_example(str(local))
+    assert model.predict(example).shape == (len(example), hf.config.hidden_size)
+
+
 @pytest.mark.parametrize("env", [None, "sqlite:////elsewhere/mlflow.db"])
 def test_model_logging_leaves_the_tracking_uri_and_its_variable_as_they_were(env, monkeypatch, tmp_path):
     """mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI (and deletes it when set back to
