@@ -5,7 +5,8 @@ input). A flow's parent run names the producer of each stage it took from the ca
 (`platonic.reused.<instance>`; stores written before that hold a light cache-hit child run
 pointing at its producer through `platonic.producer_run_id`, read the same way). The walk
 starts at an evaluate run (or at a flow's parent run: a pipeline's evaluate stage, an
-ablation's summary stage, a caption flow's report, run or reused).
+ablation's summary stage, a caption flow's report, run or reused; or at one model's
+evaluation run, nested under its evaluate stage run).
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def trace(run_id: str, out_dir: str) -> dict:
     except MlflowException as e:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     start_reused = False
+    if (scored := _scored_by(c, run)) is not None:
+        # a per-model evaluation run (`evaluate:good`, the one a model card cites): its numbers
+        # are its evaluate stage run's, so that run is its one upstream
+        node = _node(c, run_id)
+        node["stage"] = run.info.run_name or f"evaluate:{run.data.tags.get(tracking.MODEL_TAG, '?')}"
+        del node["upstream_runs"]
+        return {**node, "upstream": [trace(scored, out_dir)]}
     if tracking.STAGE_TAG not in run.data.tags:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
         # inputs are every cell; a match's `match`, a caption flow's report), else from its evaluate child
@@ -94,6 +102,18 @@ def trace(run_id: str, out_dir: str) -> dict:
         return node
 
     return walk(run_id)
+
+
+def _scored_by(c: MlflowClient, run) -> str | None:
+    """The stage run a run is nested under when it is a per-model run of a stage (one of an
+    evaluate stage's evaluation runs), else None (a stage run, a flow's parent run)."""
+    t = run.data.tags
+    if tracking.STAGE_TAG in t or not (parent := t.get(tracking.PARENT_TAG)):
+        return None
+    try:
+        return parent if tracking.STAGE_TAG in c.get_run(parent).data.tags else None
+    except MlflowException:
+        return None
 
 
 def _reused_stage(tag: str) -> str | None:

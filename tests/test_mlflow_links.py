@@ -183,6 +183,47 @@ def test_the_registered_model_predicts_the_exported_models_pooled_features(tiny_
     assert model.predict(example).shape == (len(example), hf.config.hidden_size)
 
 
+def test_lineage_accepts_every_run_id_the_model_card_cites(tiny_run, tmp_path):
+    """Issue 44 item 2: `platonic lineage` of the card's runs (the model's evaluation run, its
+    train run, the flow run), through the CLI; the evaluation run's tree starts at that run
+    and goes through its evaluate stage run back to the world."""
+    import subprocess
+    import sys
+
+    out, res = tiny_run
+
+    def platonic(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "platonic.flows.cli", *args, "--out-dir", str(out)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+    p = platonic("export", res["models"]["good"]["train_run_id"], str(tmp_path / "hf"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    card = (tmp_path / "hf" / "README.md").read_text()
+    cited = dict(
+        line.strip("| ").split(" | ") for line in card.splitlines() if line.startswith("| ") and "_id |" in line
+    )
+    cited = {k: v.strip("`") for k, v in cited.items() if k in ("run_id", "evaluation_run_id", "flow_run_id")}
+    assert set(cited) == {"run_id", "evaluation_run_id", "flow_run_id"}
+
+    def stages(n):
+        yield n["stage"]
+        for u in n.get("upstream", []):
+            yield from stages(u)
+
+    for field, run_id in cited.items():
+        p = platonic("lineage", run_id, "--json")
+        assert p.returncode == 0, (field, p.stderr[-2000:])
+        tree = json.loads(p.stdout)
+        assert tree["run_id"] == run_id or field == "flow_run_id"
+        assert {"world", "train:good"} <= set(stages(tree)), field
+    p = platonic("lineage", cited["evaluation_run_id"], "--json")
+    tree = json.loads(p.stdout)
+    assert tree["stage"] == "evaluate:good" and tree["config"]["evaluate.k"] == "5"
+    assert [u["run_id"] for u in tree["upstream"]] == [res["evaluate_run_id"]]
+    p = platonic("lineage", cited["evaluation_run_id"])  # the tree as text
+    assert p.returncode == 0 and "evaluate:good" in p.stdout and "evaluate " in p.stdout
+
+
 @pytest.mark.parametrize("env", [None, "sqlite:////elsewhere/mlflow.db"])
 def test_model_logging_leaves_the_tracking_uri_and_its_variable_as_they_were(env, monkeypatch, tmp_path):
     """mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI (and deletes it when set back to
