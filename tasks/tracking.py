@@ -381,7 +381,8 @@ def log_trained_model(
     """A trained text encoder as an MLflow 3 logged model of its train run, the way MLflow
     logs one: `mlflow.transformers.log_model(name=..., run_id=...)` (the transformers flavor:
     save_pretrained model + tokenizer; `mlflow.transformers.load_model`, or AutoModel on its
-    `model/` folder; the run's output, its step-0 metrics linked), plus platonic.json and the
+    `model/` folder; the run's output at its last step, that step's metrics linked: the
+    final `train/loss`), plus platonic.json and the
     projector, then `mlflow.register_model("models:/<model_id>", registered_name)` (one
     version per run; the logged model's page shows it). The logged model is created first
     with the client, in the run's experiment (the fluent call would put it in the default
@@ -416,12 +417,22 @@ def log_trained_model(
                 extras=({**info, "run_id": run_id, "model_id": logged.model_id}, tensors),
                 run_id=run_id,
                 model_id=logged.model_id,
+                step=last_step(c, run_id),
             )
         except Exception:
             c.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
             raise
         mlflow.register_model(f"models:/{logged.model_id}", registered_name)
     return logged.model_id
+
+
+def last_step(c: MlflowClient, run_id: str) -> int:
+    """The last step a run logged a metric at (its training curve's end; 0 without one).
+    A model logged at step S is the run's output at S, and MLflow links the run's metrics
+    of step S to it: logged at 0 (the default), the model's page showed the loss of the
+    first step, not of the trained model."""
+    keys = c.get_run(run_id).data.metrics
+    return max((m.step for k in keys for m in c.get_metric_history(run_id, k)), default=0)
 
 
 def trained_model_id(train_run: Any) -> str | None:

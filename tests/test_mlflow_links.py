@@ -183,6 +183,25 @@ def test_the_registered_model_predicts_the_exported_models_pooled_features(tiny_
     assert model.predict(example).shape == (len(example), hf.config.hidden_size)
 
 
+def test_the_model_page_shows_the_training_curves_final_values(tiny_run):
+    """Issue 44 item 4: the logged model is the train run's output at its last logged step,
+    so the metrics MLflow links to it from its run are that step's: `train/loss` on the
+    model's page is the final loss (it was the first step's), and its training counts stay."""
+    out, res = tiny_run
+    c = MlflowClient(res["tracking_uri"])
+    for name in MODELS:
+        train_run = res["models"][name]["train_run_id"]
+        run = c.get_run(train_run)
+        (output,) = run.outputs.model_outputs
+        history = sorted(c.get_metric_history(train_run, "train/loss"), key=lambda m: m.step)
+        assert len(history) > 1 and output.step == history[-1].step
+        linked = {m.key: m for m in c.get_logged_model(output.model_id).metrics}
+        assert linked["train/loss"].value == pytest.approx(history[-1].value) != history[0].value
+        assert linked["train/loss"].value == pytest.approx(run.data.metrics["final_loss"])
+        assert linked["train/loss"].step == history[-1].step
+        assert {"samples", "steps"} <= set(linked)
+
+
 def test_lineage_accepts_every_run_id_the_model_card_cites(tiny_run, tmp_path):
     """Issue 44 item 2: `platonic lineage` of the card's runs (the model's evaluation run, its
     train run, the flow run), through the CLI; the evaluation run's tree starts at that run
