@@ -181,6 +181,9 @@ def test_the_registered_model_predicts_the_exported_models_pooled_features(tiny_
     assert "platonic_layer" in (local / "README.md").read_text()
     example = model.metadata.load_input_example(str(local))
     assert model.predict(example).shape == (len(example), hf.config.hidden_size)
+    # the transformers flavor is still there: its pipeline, as docs/architecture.md says
+    pipe = mlflow.transformers.load_model(f"models:/tiny-{name}/{version.version}")
+    assert pipe.task == ("feature-extraction" if name == "good" else "text-generation")
 
 
 def test_the_model_page_shows_the_training_curves_final_values(tiny_run):
