@@ -381,12 +381,13 @@ def log_trained_model(
     """A trained text encoder as an MLflow 3 logged model of its train run, the way MLflow
     logs one: `mlflow.transformers.log_model(name=..., run_id=...)` (the transformers flavor:
     save_pretrained model + tokenizer; `mlflow.transformers.load_model`, or AutoModel on its
-    `model/` folder; the run's output at its last step, that step's metrics linked: the
-    final `train/loss`), plus platonic.json and the
-    projector, then `mlflow.register_model("models:/<model_id>", registered_name)` (one
-    version per run; the logged model's page shows it). The logged model is created first
-    with the client, in the run's experiment (the fluent call would put it in the default
-    one outside an active run). Returns its id."""
+    `model/` folder), through `Model.log` with tasks/encoder_model.py as the flavor module so
+    that its pyfunc predicts pooled features; plus platonic.json, the projector, a signature
+    and an input example. It is the run's output at the run's last step (that step's metrics
+    are linked to it: the final `train/loss`). Then `mlflow.register_model("models:/<model_id>",
+    registered_name)` (one version per run; the logged model's page shows it). The logged
+    model is created first with the client, in the run's experiment (the fluent call would
+    put it in the default one outside an active run). Returns its id."""
     import mlflow
     from mlflow.models import Model
 
