@@ -45,16 +45,18 @@ from .commands.run import print_summary
 
 __all__ = ["app", "main", "fail", "_reported_errors", "print_summary"]
 
+# `\b` keeps these lines as written (click does not wrap them): each must fit 80 columns
+# with click's 4-space indent (tests/test_cli_help.py)
 EXAMPLES = """Examples:
 
 \b
-  platonic demo                                     the whole study on the synthetic world
-  platonic run configs/demo.yaml --set world.seed=1 another world; the rest from the cache
-  platonic run configs/demo.yaml --only evaluate    one stage on cached artifacts
-  platonic server                                   this store's Prefect server, that reruns report to
+  platonic demo                                     the whole synthetic study
+  platonic run configs/demo.yaml --set world.seed=1 another world, rest cached
+  platonic run configs/demo.yaml --only evaluate    one stage on the cache
+  platonic server                                   the store's Prefect server
   platonic ablate configs/table7.yaml --quick       Table 7 over seeds, small
   platonic lineage RUN_ID                           where a score came from
-  platonic stages                                   what each stage reads and writes
+  platonic stages                                   what each stage reads
 
 From Python: `from platonic.flows.api import run; run("demo", sets=["world.seed=1"])`."""
 

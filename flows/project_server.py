@@ -155,18 +155,27 @@ def free_port(preferred: int | None) -> int:
     raise OSError("no free port on 127.0.0.1")
 
 
-def server_env(out_dir: Path) -> dict[str, str]:
+# the UI's API URL: Prefect 3 reads PREFECT_SERVER_UI_API_URL, or its older name
+UI_API_VARS = ("PREFECT_SERVER_UI_API_URL", "PREFECT_UI_API_URL")
+
+
+def server_env(out_dir: Path, port: int | None = None) -> dict[str, str]:
     """The environment of `prefect server start/stop` for this store: its own PREFECT_HOME
-    (database, pid file); a client's API URL would be meaningless there."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
-    return {**env, "PREFECT_HOME": str(home(out_dir))}
+    (database, pid file); a client's API URL would be meaningless there. Started on `port`,
+    the server's UI is told its API is on that port: `prefect server start --port` does not
+    tell it, so `/ui-settings` would name PREFECT_SERVER_API_PORT's default, 4200, and the UI
+    would call whatever answers there (or nothing)."""
+    drop = ("PREFECT_API_URL", "PREFECT_HOME", *UI_API_VARS)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    ui = {UI_API_VARS[0]: f"http://{HOST}:{port}/api"} if port is not None else {}
+    return {**env, "PREFECT_HOME": str(home(out_dir)), **ui}
 
 
-def prefect_cli(out_dir: Path, *args: str) -> subprocess.CompletedProcess:
+def prefect_cli(out_dir: Path, *args: str, port: int | None = None) -> subprocess.CompletedProcess:
     """`prefect ARGS` for this store's server, its output captured (said only on failure)."""
     return subprocess.run(
         [sys.executable, "-m", "prefect", *args],
-        env=server_env(out_dir),
+        env=server_env(out_dir, port),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -198,7 +207,16 @@ def start(out_dir: Path, answers) -> tuple[ServerRecord, bool]:
         _clear_stale(out_dir)
         port = free_port(rec.port if rec else None)
         p = prefect_cli(
-            out_dir, "server", "start", "--host", HOST, "--port", str(port), "--background", "--analytics-off"
+            out_dir,
+            "server",
+            "start",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--background",
+            "--analytics-off",
+            port=port,
         )
         pid_file = home(out_dir) / "server.pid"
         if p.returncode or not pid_file.exists():

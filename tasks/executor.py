@@ -57,6 +57,7 @@ from platonic.core.stages.registry import spec_of
 
 from . import tracking
 from .fanout import mapper_for
+from .lineage import describe_evaluated_model
 
 
 def stage_logger() -> logging.Logger | logging.LoggerAdapter:
@@ -363,6 +364,13 @@ def log_evaluations(
         )
     except Exception as e:  # the artifact is committed and sound: a tracking failure must not fail it
         stage_logger().warning("%-14s per-model evaluation runs not logged: %s: %s", spec.name, type(e).__name__, e)
+        return
+    for m, train_run in train_runs.items():  # each logged model's card and pyfunc name this evaluation's layer
+        try:
+            if train_run:
+                describe_evaluated_model(ctx.client, train_run)
+        except Exception as e:
+            stage_logger().warning("%-14s %s's logged model not described: %s: %s", spec.name, m, type(e).__name__, e)
 
 
 def _producer_of(instance: str, inputs: dict[str, Manifest]) -> str | None:

@@ -5,15 +5,18 @@ input). A flow's parent run names the producer of each stage it took from the ca
 (`platonic.reused.<instance>`; stores written before that hold a light cache-hit child run
 pointing at its producer through `platonic.producer_run_id`, read the same way). The walk
 starts at an evaluate run (or at a flow's parent run: a pipeline's evaluate stage, an
-ablation's summary stage, a caption flow's report, run or reused).
+ablation's summary stage, a caption flow's report, run or reused; or at one model's
+evaluation run, nested under its evaluate stage run).
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 
 from platonic.core.artifacts import MANIFEST, ArtifactStore, Manifest
 from platonic.core.config import ModelConfig
@@ -59,6 +62,13 @@ def trace(run_id: str, out_dir: str) -> dict:
     except MlflowException as e:
         raise LineageError(f"no MLflow run {run_id!r} in {c.tracking_uri}") from e
     start_reused = False
+    if (scored := _scored_by(c, run)) is not None:
+        # a per-model evaluation run (`evaluate:good`, the one a model card cites): its numbers
+        # are its evaluate stage run's, so that run is its one upstream
+        node = _node(c, run_id)
+        node["stage"] = run.info.run_name or f"evaluate:{run.data.tags.get(tracking.MODEL_TAG, '?')}"
+        del node["upstream_runs"]
+        return {**node, "upstream": [trace(scored, out_dir)]}
     if tracking.STAGE_TAG not in run.data.tags:
         # a flow's parent run: start from its summary stage (an ablation's `ablation`, whose
         # inputs are every cell; a match's `match`, a caption flow's report), else from its evaluate child
@@ -92,6 +102,18 @@ def trace(run_id: str, out_dir: str) -> dict:
         return node
 
     return walk(run_id)
+
+
+def _scored_by(c: MlflowClient, run) -> str | None:
+    """The stage run a run is nested under when it is a per-model run of a stage (one of an
+    evaluate stage's evaluation runs), else None (a stage run, a flow's parent run)."""
+    t = run.data.tags
+    if tracking.STAGE_TAG in t or not (parent := t.get(tracking.PARENT_TAG)):
+        return None
+    try:
+        return parent if tracking.STAGE_TAG in c.get_run(parent).data.tags else None
+    except MlflowException:
+        return None
 
 
 def _reused_stage(tag: str) -> str | None:
@@ -171,7 +193,11 @@ def export_provenance(run_id: str, out_dir: str) -> dict:
     """What an exported encoder says about itself, read from MLflow: its train run, the flow
     run that trained it (git commit, recipe, config digest), its logged model and registered
     versions, and its latest evaluation run's scores (`best_layer` among them)."""
-    c = tracking.client(out_dir)
+    return provenance(tracking.client(out_dir), run_id)
+
+
+def provenance(c: MlflowClient, run_id: str) -> dict:
+    """export_provenance on a client: what the export and the logged model's platonic.json say."""
     try:
         run = c.get_run(run_id)
     except MlflowException as e:
@@ -207,3 +233,31 @@ def export_provenance(run_id: str, out_dir: str) -> dict:
         if "best_layer" in metrics:
             prov["best_layer"] = int(metrics["best_layer"])
     return {k: v for k, v in prov.items() if v is not None}
+
+
+def describe_evaluated_model(c: MlflowClient, train_run_id: str) -> None:
+    """After an evaluation of a train run's logged model: its platonic.json gains what the
+    export's says (provenance, the latest evaluation's scores, `best_layer`) and a model card
+    (README.md, the export's). Its pyfunc reads the layer there when loaded
+    (tasks/encoder_model.py), so `predict` pools at the layer the card names. The weights
+    are not touched; a later evaluation rewrites both files."""
+    import mlflow.artifacts
+
+    from platonic.core.export import model_card, write_extras
+
+    prov = provenance(c, train_run_id)
+    if "model_id" not in prov:
+        return
+    logged = c.get_logged_model(prov["model_id"])
+    with tempfile.TemporaryDirectory() as tmp:
+        got = mlflow.artifacts.download_artifacts(
+            artifact_uri=f"{logged.artifact_location.rstrip('/')}/platonic.json",
+            dst_path=tmp,
+            tracking_uri=c.tracking_uri,
+        )
+        info = {**json.loads(Path(got).read_text()), **prov}
+        out = Path(tmp) / "card"
+        out.mkdir()
+        write_extras(out, info, {})
+        (out / "README.md").write_text(model_card(info))
+        c.log_model_artifacts(prov["model_id"], str(out))

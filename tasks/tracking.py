@@ -381,15 +381,19 @@ def log_trained_model(
     """A trained text encoder as an MLflow 3 logged model of its train run, the way MLflow
     logs one: `mlflow.transformers.log_model(name=..., run_id=...)` (the transformers flavor:
     save_pretrained model + tokenizer; `mlflow.transformers.load_model`, or AutoModel on its
-    `model/` folder; the run's output, its step-0 metrics linked), plus platonic.json and the
-    projector, then `mlflow.register_model("models:/<model_id>", registered_name)` (one
-    version per run; the logged model's page shows it). The logged model is created first
-    with the client, in the run's experiment (the fluent call would put it in the default
-    one outside an active run). Returns its id."""
+    `model/` folder), through `Model.log` with tasks/encoder_model.py as the flavor module so
+    that its pyfunc predicts pooled features; plus platonic.json, the projector, a signature
+    and an input example. It is the run's output at the run's last step (that step's metrics
+    are linked to it: the final `train/loss`). Then `mlflow.register_model("models:/<model_id>",
+    registered_name)` (one version per run; the logged model's page shows it). The logged
+    model is created first with the client, in the run's experiment (the fluent call would
+    put it in the default one outside an active run). Returns its id."""
     import mlflow
-    import mlflow.transformers
+    from mlflow.models import Model
 
-    from platonic.core.export import pretrained_parts, write_extras
+    from platonic.core.export import pretrained_parts
+
+    from . import encoder_model
 
     net, tok, info, tensors = pretrained_parts(train_dir, mcfg)
     logged = c.create_logged_model(
@@ -402,22 +406,34 @@ def log_trained_model(
     )
     with _fluent_store(c.tracking_uri), no_model_card_warnings():
         try:
-            mlflow.transformers.log_model(
-                transformers_model={"model": net, "tokenizer": tok},
+            Model.log(  # mlflow.transformers.log_model, with the pyfunc the card describes (encoder_model)
+                artifact_path=None,  # deprecated for `name`, but still a positional parameter
                 name=registered_name,
+                flavor=encoder_model,
+                transformers_model={"model": net, "tokenizer": tok},
                 task="feature-extraction" if mcfg.kind == "text_jepa" else "text-generation",
+                signature=encoder_model.signature(net.config.hidden_size),
+                input_example=encoder_model.INPUT_EXAMPLE,
                 pip_requirements=["torch", "transformers", "safetensors"],  # not inferred: it would ask torchvision
+                extras=({**info, "run_id": run_id, "model_id": logged.model_id}, tensors),
                 run_id=run_id,
                 model_id=logged.model_id,
+                step=last_step(c, run_id),
             )
         except Exception:
             c.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
             raise
-        with tempfile.TemporaryDirectory() as tmp:
-            write_extras(Path(tmp), {**info, "run_id": run_id, "model_id": logged.model_id}, tensors)
-            c.log_model_artifacts(logged.model_id, tmp)
         mlflow.register_model(f"models:/{logged.model_id}", registered_name)
     return logged.model_id
+
+
+def last_step(c: MlflowClient, run_id: str) -> int:
+    """The last step a run logged a metric at (its training curve's end; 0 without one).
+    A model logged at step S is the run's output at S, and MLflow links the run's metrics
+    of step S to it: logged at 0 (the default), the model's page showed the loss of the
+    first step, not of the trained model."""
+    keys = c.get_run(run_id).data.metrics
+    return max((m.step for k in keys for m in c.get_metric_history(run_id, k)), default=0)
 
 
 def trained_model_id(train_run: Any) -> str | None:

@@ -39,6 +39,29 @@ def test_command_list_is_not_cut_off():
     assert "..." not in listed and "…" not in listed, listed
 
 
+@pytest.mark.parametrize("command", [[], *COMMANDS], ids=lambda c: " ".join(c) or "platonic")
+def test_help_fits_80_columns_even_in_a_wide_terminal(command):
+    """Issue 44 item 4: `platonic --help`'s examples (kept as written, not wrapped) ran to 104
+    columns; every --help line now fits 80, however wide the terminal."""
+    r = invoke(*command, "--help", columns=200)
+    assert r.exit_code == 0, r.output
+    assert not [line for line in r.output.splitlines() if len(line) > 80], r.output
+
+
+def test_run_help_lists_the_stage_names_its_stage_options_take():
+    """Issue 44 item 4: --only, --from and --force name the stages they take, the pipeline's
+    own (spelled in the CLI so --help imports no stage module: they must not drift)."""
+    from platonic.core.stages.pipeline import SPECS
+
+    assert run.STAGES == tuple(SPECS)
+    r = invoke("run", "--help", columns=200)
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    for option in ("--only", "--from", "--force"):
+        said = flat.split(f"{option} STAGE", 1)[1].split(" --", 1)[0]
+        assert all(re.search(rf"\b{s}\b", said) for s in SPECS), (option, said)
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_options_show_a_name_not_a_python_type(command):
     r = invoke(*command, "--help")

@@ -141,6 +141,111 @@ def test_the_export_is_hub_ready(tiny_run, tmp_path, name):
     torch.testing.assert_close(masked_mean(h, batch["attention_mask"]), ours[m["layer_a"]])
 
 
+@pytest.mark.parametrize("name", ["good", "ntp"])
+def test_the_registered_model_predicts_the_exported_models_pooled_features(tiny_run, tmp_path, monkeypatch, name):
+    """Issue 44 item 1: pyfunc predict of N texts is (N, D), the card's pooling (masked mean)
+    at the card's layer (the evaluation's best): the features of `platonic export`'s folder."""
+    import mlflow
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from platonic.core.export import export_pretrained
+    from platonic.core.models.pooling import masked_mean
+    from platonic.tasks.lineage import export_provenance, train_artifact
+
+    out, res = tiny_run
+    m = res["models"][name]
+    c = MlflowClient(res["tracking_uri"])
+    (version,) = [v for v in c.search_model_versions(f"name = 'tiny-{name}'") if v.run_id == m["train_run_id"]]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", res["tracking_uri"])  # as a user points mlflow at the store
+    model = mlflow.pyfunc.load_model(f"models:/tiny-{name}/{version.version}")
+    texts = ["a small red circle", "two blue squares at the top", "a large green triangle on the left"]
+    got = model.predict(texts)
+    # the exported folder, read the way its card says
+    folder, mcfg = train_artifact(m["train_run_id"], str(out))
+    dest = tmp_path / "hf"
+    export_pretrained(folder, mcfg, dest, export_provenance(m["train_run_id"], str(out)))
+    hf, tok = AutoModel.from_pretrained(dest), AutoTokenizer.from_pretrained(dest)
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h = hf(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True
+        ).hidden_states[hf.config.platonic_layer]
+    want = masked_mean(h, batch["attention_mask"]).numpy()
+    assert got.shape == (3, hf.config.hidden_size) == want.shape
+    assert hf.config.platonic_layer == m["layer_a"]
+    assert abs(got - want).max() < 1e-5
+    # the logged model's card and platonic.json name that layer, and it ships an input example
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/tiny-{name}/{version.version}", dst_path=tmp_path / "m"))
+    assert json.loads((local / "platonic.json").read_text())["best_layer"] == m["layer_a"]
+    assert "platonic_layer" in (local / "README.md").read_text()
+    example = model.metadata.load_input_example(str(local))
+    assert model.predict(example).shape == (len(example), hf.config.hidden_size)
+    # the transformers flavor is still there: its pipeline, as docs/architecture.md says
+    pipe = mlflow.transformers.load_model(f"models:/tiny-{name}/{version.version}")
+    assert pipe.task == ("feature-extraction" if name == "good" else "text-generation")
+
+
+def test_the_model_page_shows_the_training_curves_final_values(tiny_run):
+    """Issue 44 item 4: the logged model is the train run's output at its last logged step,
+    so the metrics MLflow links to it from its run are that step's: `train/loss` on the
+    model's page is the final loss (it was the first step's), and its training counts stay."""
+    out, res = tiny_run
+    c = MlflowClient(res["tracking_uri"])
+    for name in MODELS:
+        train_run = res["models"][name]["train_run_id"]
+        run = c.get_run(train_run)
+        (output,) = run.outputs.model_outputs
+        history = sorted(c.get_metric_history(train_run, "train/loss"), key=lambda m: m.step)
+        assert len(history) > 1 and output.step == history[-1].step
+        linked = {m.key: m for m in c.get_logged_model(output.model_id).metrics}
+        assert linked["train/loss"].value == pytest.approx(history[-1].value) != history[0].value
+        assert linked["train/loss"].value == pytest.approx(run.data.metrics["final_loss"])
+        assert linked["train/loss"].step == history[-1].step
+        assert {"samples", "steps"} <= set(linked)
+
+
+def test_lineage_accepts_every_run_id_the_model_card_cites(tiny_run, tmp_path):
+    """Issue 44 item 2: `platonic lineage` of the card's runs (the model's evaluation run, its
+    train run, the flow run), through the CLI; the evaluation run's tree starts at that run
+    and goes through its evaluate stage run back to the world."""
+    import subprocess
+    import sys
+
+    out, res = tiny_run
+
+    def platonic(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "platonic.flows.cli", *args, "--out-dir", str(out)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+    p = platonic("export", res["models"]["good"]["train_run_id"], str(tmp_path / "hf"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    card = (tmp_path / "hf" / "README.md").read_text()
+    cited = dict(
+        line.strip("| ").split(" | ") for line in card.splitlines() if line.startswith("| ") and "_id |" in line
+    )
+    cited = {k: v.strip("`") for k, v in cited.items() if k in ("run_id", "evaluation_run_id", "flow_run_id")}
+    assert set(cited) == {"run_id", "evaluation_run_id", "flow_run_id"}
+
+    def stages(n):
+        yield n["stage"]
+        for u in n.get("upstream", []):
+            yield from stages(u)
+
+    for field, run_id in cited.items():
+        p = platonic("lineage", run_id, "--json")
+        assert p.returncode == 0, (field, p.stderr[-2000:])
+        tree = json.loads(p.stdout)
+        assert tree["run_id"] == run_id or field == "flow_run_id"
+        assert {"world", "train:good"} <= set(stages(tree)), field
+    p = platonic("lineage", cited["evaluation_run_id"], "--json")
+    tree = json.loads(p.stdout)
+    assert tree["stage"] == "evaluate:good" and tree["config"]["evaluate.k"] == "5"
+    assert [u["run_id"] for u in tree["upstream"]] == [res["evaluate_run_id"]]
+    p = platonic("lineage", cited["evaluation_run_id"])  # the tree as text
+    assert p.returncode == 0 and "evaluate:good" in p.stdout and "evaluate " in p.stdout
+
+
 @pytest.mark.parametrize("env", [None, "sqlite:////elsewhere/mlflow.db"])
 def test_model_logging_leaves_the_tracking_uri_and_its_variable_as_they_were(env, monkeypatch, tmp_path):
     """mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI (and deletes it when set back to

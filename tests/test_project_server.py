@@ -242,3 +242,27 @@ def test_platonic_server_is_the_stores_own_and_a_second_start_at_once_finds_it(t
     assert again.returncode == 0 and again.stdout.strip() == "no Prefect server of this store is running"
     with socket.socket() as s:  # the port is free again
         s.bind(("127.0.0.1", rec["port"]))
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="the proof reads /proc (Linux)")
+def test_the_stores_prefect_ui_reaches_the_stores_api(tmp_path):
+    """Issue 44 item 3: the UI of `platonic server`'s Prefect asks `/ui-settings` where its API
+    is; it answered Prefect's default port (`http://127.0.0.1:4200/api`), not the store's. Now
+    the store's port, even where the user's environment names another server's UI API."""
+    import urllib.request
+
+    elsewhere = "http://127.0.0.1:4200/api"
+    env = env_without_servers(tmp_path, PREFECT_UI_API_URL=elsewhere, PREFECT_SERVER_UI_API_URL=elsewhere)
+    store = tmp_path / "store"
+    try:
+        p = platonic("server", "--out-dir", str(store), cwd=tmp_path, env=env, timeout=400)
+        assert p.returncode == 0, p.stderr[-2000:]
+        port = json.loads((store / "prefect" / "server.json").read_text())["port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=30) as r:
+            settings = json.loads(r.read())
+        assert settings["api_url"] == f"http://127.0.0.1:{port}/api", settings
+        with urllib.request.urlopen(f"{settings['api_url']}/health", timeout=30) as r:  # and the UI reaches it
+            assert r.status == 200
+    finally:
+        platonic("server", "--stop", "--out-dir", str(store), cwd=tmp_path, env=env)

@@ -146,7 +146,9 @@ def tags(run: dict) -> dict:
     return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
 
 
-def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_and_artifact(stack):
+def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_and_artifact(
+    stack, monkeypatch, tmp_path
+):
     st, env, folder = stack
     # embeddings fan out as Dask task runs inside the worker's flow run, logging to the server
     run_id = start_run(env, f"out_dir={folder / 'out-a'}", "fanout.engine=dask", "fanout.workers=2")
@@ -184,6 +186,20 @@ def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_
     )
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=local_stack.BUCKET).get("Contents", [])]
     assert any(k.endswith(f"{train['info']['run_id']}/artifacts/outputs/model.safetensors") for k in keys), keys[:5]
+    # the registered encoder through the proxy: the evaluation wrote its layer into the model's
+    # platonic.json, and its pyfunc pools there, one vector per text (issue 44 item 1)
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    for k, v in env.items():  # the client's credentials, as a user exports them
+        if k.startswith(("MLFLOW_", "AWS_")):
+            monkeypatch.setenv(k, v)
+    res = json.loads(next((folder / "out-a" / "runs").glob("*/results.json")).read_text())
+    c = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    (version,) = [v for v in c.search_model_versions("name = 'tiny-good'") if v.run_id == train["info"]["run_id"]]
+    model = Path(mlflow.artifacts.download_artifacts(f"models:/tiny-good/{version.version}", dst_path=tmp_path))
+    assert json.loads((model / "platonic.json").read_text())["best_layer"] == res["models"]["good"]["layer_a"]
+    assert mlflow.pyfunc.load_model(str(model)).predict(["a small red circle", "two blue squares"]).shape == (2, 16)
 
 
 def test_a_deployment_run_refuses_an_override_outside_the_allow_list(stack):

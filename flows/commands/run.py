@@ -134,19 +134,28 @@ def demo(
         _run(cfg, None, None, [], as_json, trust_remote_code=trust_remote_code)
 
 
+# the pipeline's stage names, spelled here so that `--help` imports no stage module (test_cli_help
+# checks them against platonic.core.stages.pipeline.SPECS, so they do not drift)
+STAGES = (
+    "world", "concepts", "ingest", "positives", "dedup", "views", "train", "embed", "ceiling", "references",
+    "evaluate", "curve",
+)  # fmt: skip
+STAGE_HELP = f"STAGE: {', '.join(STAGES)}, or one model's stage (train:good)"
+
+
 def run(
     config: Path = typer.Argument(..., help="YAML recipe, e.g. configs/demo.yaml", metavar="RECIPE"),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="override a recipe field: key=value (repeatable)"
     ),
     only: str | None = typer.Option(
-        None, "--only", metavar="STAGE", help="execute only this stage (upstream from cache)"
+        None, "--only", metavar="STAGE", help=f"execute only this stage (upstream from cache); {STAGE_HELP}"
     ),
     from_stage: str | None = typer.Option(
-        None, "--from", metavar="STAGE", help="re-execute this stage and everything after it"
+        None, "--from", metavar="STAGE", help=f"re-execute this stage and everything after it; {STAGE_HELP}"
     ),
     force: list[str] = typer.Option(
-        [], "--force", metavar="STAGE", help="re-execute this stage even on a cache hit (repeatable)"
+        [], "--force", metavar="STAGE", help=f"re-execute this stage even on a cache hit (repeatable); {STAGE_HELP}"
     ),
     as_json: bool = typer.Option(False, "--json", help="print results.json to stdout"),
     out_dir: str | None = typer.Option(

@@ -93,7 +93,7 @@ def export(
 
 def lineage(
     run_id: str = typer.Argument(
-        ..., help="an MLflow run id: a pipeline (parent) run or any stage run", metavar="RUN_ID"
+        ..., help="an MLflow run id: a flow (parent) run, any stage run, or a model's evaluation run", metavar="RUN_ID"
     ),
     out_dir: str | None = typer.Option(
         None, "--out-dir", help="where the default MLflow store lives (default $PLATONIC_OUT_DIR, else .platonic)"
