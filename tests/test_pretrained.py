@@ -7,6 +7,7 @@ all-MiniLM-L6-v2 (a test dependency) checks that step 0 is the model as it ships
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +26,7 @@ from platonic.core.objectives import info_nce
 from platonic.core.tokenizer import special_ids, train_subword_tokenizer
 from platonic.core.train import run_train
 
+REPO = Path(__file__).resolve().parents[1]
 GROUPS = [
     [f"{n}", f"a {n} is a kind of {k}", f"the {n} sat by the {p}"]
     for n, k in (("dog", "canine"), ("cat", "feline"), ("oak", "tree"), ("rose", "flower"), ("hawk", "bird"))
@@ -158,3 +160,27 @@ def test_info_nce_is_the_symmetric_in_batch_cross_entropy():
     assert info_nce(b, a, 0.1)[0].item() == pytest.approx(loss.item(), rel=1e-6)  # no anchor
     same, t = info_nce(a, a, 0.01)
     assert same.item() < 1e-3 and t["in_batch_top1"] == 1.0  # each row its own nearest
+
+
+@pytest.mark.e2e
+def test_a_post_trained_row_runs_through_the_real_data_flow(wordnet_tiny_run, stand_in, tmp_path):
+    """The real pipeline (a private copy of the session's tiny WordNet store): a model started
+    from the stand-in BERT trains on the cached views, and its curve starts at the stand-in's
+    own score (step 0 is the pretrained encoder) before the final model's."""
+    import shutil
+
+    from platonic.core.config import load_config
+    from platonic.flows.pipeline import pipeline
+
+    out = shutil.copytree(wordnet_tiny_run[0], tmp_path / "out")
+    fixture = REPO / "tests" / "fixtures" / "wordnet" / "data.noun"
+    post = f"{{kind: text_jepa, views: good, init: {stand_in}, steps: 4, batch_size: 8, slices: 16, snapshots: 2}}"
+    sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
+    sets += [f"train.models.post={post}", "evaluate.text_models=[post]"]
+    res = pipeline(load_config(REPO / "configs" / "wordnet_tiny.yaml", sets).model_dump(mode="json"))
+    # the run's own views (unchanged), read with the init's tokenizer
+    assert res["stages"]["views"]["digest"] == wordnet_tiny_run[1]["stages"]["views"]["digest"]
+    row = res["models"]["post"]
+    assert 0 <= row["mutual_knn"] <= 1 and set(row["subsets"]) == {"dogs"}
+    curve = json.loads((Path(res["stages"]["curve:post"]["uri"]) / "curve.json").read_text())["points"]
+    assert [p["steps"] for p in curve][0] == 0 and curve[-1]["steps"] == 4
