@@ -1,4 +1,5 @@
-"""Training objectives: LeJEPA (view prediction + SIGReg) and next-token prediction.
+"""Training objectives: LeJEPA (view prediction + SIGReg), next-token prediction, and the
+in-batch contrastive loss (InfoNCE) pretrained sentence encoders are trained with.
 
 SIGReg follows the LeJEPA reference (rbalestr-lab/lejepa) exactly:
 - Epps–Pulley statistic of 1-D samples x_1..x_N against N(0, 1):
@@ -120,6 +121,20 @@ def lejepa_loss(
     else:
         raise ValueError(f"unknown loss form {form!r}")
     return loss, {"prediction": prediction.item(), "sigreg": reg.item()}
+
+
+def info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """In-batch InfoNCE of paired rows a[i] <-> b[i], both (N, D): cross-entropy of the cosine
+    similarities / temperature, every other row of the batch a negative, averaged over both
+    directions (two views of a synset have no anchor). sentence-transformers' training loss for
+    all-MiniLM-L6-v2 (MultipleNegativesRankingLoss, scale 20 = temperature 0.05), symmetric.
+    One process's batch: under DDP each process contrasts its own rows."""
+    F = torch.nn.functional
+    logits = F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T / temperature  # (N, N)
+    target = torch.arange(a.size(0), device=a.device)
+    loss = 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+    top1 = (logits.argmax(1) == target).float().mean()
+    return loss, {"infonce": loss.item(), "in_batch_top1": top1.item()}
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

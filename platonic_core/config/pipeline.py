@@ -445,6 +445,16 @@ class ModelConfig(Section):
     tie_embeddings: bool = True
     # memory: tokenise every text up front; stream: read Parquet row groups as needed
     data: Literal["memory", "stream"] = "memory"
+    # post-training: start a text_jepa's encoder from pretrained weights instead of random ones.
+    # A packaged model by name (all-MiniLM-L6-v2, offline) or a local transformers BERT folder;
+    # its own tokenizer and architecture come with it (the views' tokenizer, width, layers and
+    # heads are not used, so the recipe leaves them unset). `trust_remote_code` stays off.
+    init: str | None = Field(None, min_length=1, max_length=4096)
+    # the loss on top: `lejepa` (prediction + SIGReg on the projector, this project's JEPA) or
+    # `infonce` (in-batch contrastive on the pooled embedding, both directions, at `temperature`:
+    # the objective sentence-transformers trains MiniLM with, 0.05 = its scale of 20)
+    objective: Literal["lejepa", "infonce"] = "lejepa"
+    temperature: float = Field(0.05, gt=0, le=10)
 
     @property
     def total_steps(self) -> int:
@@ -478,6 +488,19 @@ class ModelConfig(Section):
             raise ValueError("snapshots (alignment curves) are for text models; the image model is the fixed reference")
         if self.snapshots > self.total_steps:
             raise ValueError(f"snapshots = {self.snapshots} > steps = {self.total_steps}")
+        if self.init is not None:
+            if self.kind != "text_jepa":
+                raise ValueError(f"init (a pretrained start) is for text_jepa models, not {self.kind!r}")
+            # a value other than the default would be silently unused (a recipe is re-validated
+            # from its dump, so "set at all" cannot be told from "left at the default")
+            fields = type(self).model_fields
+            fixed = [f for f in ("width", "layers", "heads", "preset") if getattr(self, f) != fields[f].default]
+            if fixed:
+                raise ValueError(f"init {self.init!r} fixes the architecture; leave {', '.join(fixed)} unset")
+            if self.data == "stream":
+                raise ValueError("init (a pretrained tokenizer) trains from memory (data: memory)")
+        if self.objective == "infonce" and (self.kind != "text_jepa" or self.views != "good" or self.n_views != 2):
+            raise ValueError("objective infonce contrasts two good views of a text_jepa (views: good, n_views: 2)")
         return self
 
 

@@ -1,6 +1,7 @@
 """Models, built from `ModelConfig`: architectures are config, not code.
 
-- text_jepa: a BERT encoder (transformers BertModel) + projector
+- text_jepa: a BERT encoder (transformers BertModel) + projector; from random weights, or
+  from a pretrained encoder (`init`: models/pretrained.py)
 - causal_lm: a GPT-2 of the same width/depth (transformers GPT2LMHeadModel)
 - image_jepa: a small CNN + projector
 
@@ -47,9 +48,13 @@ def build_model(
     max_len: int = 64,
     image_size: int = 32,
     special_ids: dict[str, int] | None = None,
+    bert_config: dict | None = None,
 ) -> torch.nn.Module:
-    """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout."""
+    """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout.
+    `bert_config`: a pretrained text encoder's architecture (`init`, models/pretrained.py)."""
     layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
+    if bert_config is not None:
+        width = bert_config["hidden_size"]
     if cfg.kind == "causal_lm":
         return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids, cfg.tie_embeddings)
     if cfg.kind not in ("text_jepa", "image_jepa"):
@@ -59,7 +64,17 @@ def build_model(
     proj = resolve_projector(cfg.projector, proj_in, cfg.proj_hidden, cfg.proj_act)
     if cfg.kind == "text_jepa":
         return TextEncoder(
-            vocab_size, width, layers, heads, cfg.proj_dim, max_len, cfg.attention, special_ids, proj.hidden, proj.act
+            vocab_size,
+            width,
+            layers,
+            heads,
+            cfg.proj_dim,
+            max_len,
+            cfg.attention,
+            special_ids,
+            proj.hidden,
+            proj.act,
+            bert_config,
         )
     return ImageEncoder(cfg.width, cfg.proj_dim, image_size, proj.hidden, proj.act)
 

@@ -33,11 +33,17 @@ class TextEncoder(nn.Module):
         special_ids: dict[str, int] | None = None,
         proj_hidden: Sequence[int] | None = None,
         proj_act: str = "gelu",
+        bert_config: dict | None = None,
     ):
+        """`bert_config`: a pretrained encoder's architecture (models/pretrained.py), which
+        then replaces vocab_size/width/layers/heads/max_len; its weights are loaded after."""
         super().__init__()
         sp = special_ids or {}
-        self.bert = BertModel(
-            BertConfig(
+        if bert_config is not None:
+            config = BertConfig(**bert_config)
+            config._attn_implementation = attention
+        else:
+            config = BertConfig(
                 attn_implementation=attention,
                 vocab_size=vocab_size,
                 hidden_size=width,
@@ -48,10 +54,9 @@ class TextEncoder(nn.Module):
                 hidden_dropout_prob=0.0,
                 attention_probs_dropout_prob=0.0,
                 pad_token_id=sp.get("pad", 0),
-            ),
-            add_pooling_layer=False,
-        )
-        self.proj = projector(width, proj_dim, proj_hidden, proj_act)
+            )
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.proj = projector(config.hidden_size, proj_dim, proj_hidden, proj_act)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if supports_bert(self.bert):  # padding costs no work (models/unpadded.py)

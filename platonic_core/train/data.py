@@ -33,10 +33,11 @@ class ImageData:
 
 
 def load_text_data(
-    views_dir: Path, cfg: ModelConfig, specials: dict[str, int] | None = None
+    views_dir: Path, cfg: ModelConfig, specials: dict[str, int] | None = None, tok: object | None = None
 ) -> tuple[TextData, object, int]:
-    """Tokenised training texts for `cfg.views` from a views artifact."""
-    tok = load_tokenizer(views_dir / "tokenizer.json")
+    """Tokenised training texts for `cfg.views` from a views artifact, by the views' tokenizer
+    or `tok` (a pretrained encoder's own: `init`)."""
+    tok = tok or load_tokenizer(views_dir / "tokenizer.json")
     max_len = json.loads((views_dir / "meta.json").read_text())["max_len"]
     if cfg.views in ("good", "documents"):  # the texts of each image
         groups_txt = pq.read_table(views_dir / "good_views.parquet", columns=["texts"])["texts"].to_pylist()

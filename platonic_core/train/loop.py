@@ -28,7 +28,8 @@ from safetensors.torch import save_model
 
 from .. import interrupt
 from ..models import ImageEncoder, build_model, save_checkpoint
-from ..objectives import SIGReg, lejepa_loss
+from ..models.pretrained import init_bert_config, init_folder, init_tokenizer, load_init_weights
+from ..objectives import SIGReg, info_nce, lejepa_loss
 from ..progress import bar
 from ..tokenizer import DEFAULT_SPECIALS, load_tokenizer, special_ids
 from .checkpoint import latest_checkpoint, load_train_state, save_train_state
@@ -94,7 +95,10 @@ def compute_loss(
     if cfg.kind == "text_jepa":
         ids, mask = batch["input_ids"], batch["attention_mask"]  # (V, N, T)
         v, n = ids.shape[:2]
-        _, z = model(ids.flatten(0, 1), mask.flatten(0, 1))  # (V*N, K)
+        emb, z = model(ids.flatten(0, 1), mask.flatten(0, 1))  # (V*N, D), (V*N, K)
+        if cfg.objective == "infonce":  # on the pooled embedding, as a sentence encoder is trained
+            e = emb.view(v, n, -1)
+            return info_nce(e[0], e[1], cfg.temperature)
         return lejepa_loss(z.view(v, n, -1), sigreg, cfg.lam, step, cfg.loss_form)
     if cfg.kind == "image_jepa":
         imgs = batch["images"]  # (V, N, H, W, 3)
@@ -190,7 +194,8 @@ def train_model(
         lr=cfg.optim.lr,
         fused=device.type == "cuda" or None,
     )
-    sigreg = SIGReg(cfg.slices, seed=seed).to(device) if cfg.kind in ("text_jepa", "image_jepa") else None
+    lejepa = cfg.kind in ("text_jepa", "image_jepa") and cfg.objective == "lejepa"
+    sigreg = SIGReg(cfg.slices, seed=seed).to(device) if lejepa else None
     start = 0
     ckpt = latest_checkpoint(state_dir)
     if ckpt is not None:
@@ -314,23 +319,32 @@ def run_train(
         build_args = {"image_size": int(renders.shape[2])}
         sampler = make_sampler(cfg, ImageData(renders), seed)
     else:
-        tok = load_tokenizer(input_dir / "tokenizer.json")
+        init = init_folder(cfg.init) if cfg.init else None  # post-training: its own tokenizer
+        tok = init_tokenizer(init) if init else load_tokenizer(input_dir / "tokenizer.json")
         sp = special_ids(tok)
         # the built-in layout keeps model.json as before (old checkpoints load unchanged)
         extra = {} if sp == DEFAULT_SPECIALS else {"special_ids": sp}
+        if init:
+            extra["bert_config"] = init_bert_config(init)
         if cfg.data == "stream":
             max_len = json.loads((input_dir / "meta.json").read_text())["max_len"]
             sampler = StreamSampler(cfg, input_dir, seed, tok, max_len, sp, rank, world)
         else:
-            data, tok, max_len = load_text_data(input_dir, cfg, sp)
+            data, tok, max_len = load_text_data(input_dir, cfg, sp, tok)
             sampler = make_sampler(cfg, data, seed, sp)
             if cfg.views == "documents":  # positions for n_views texts in one sequence
                 max_len *= cfg.n_views
         build_args = {"vocab_size": tok.get_vocab_size(), "max_len": max_len, **extra}
-        if rank == 0:
+        if init:  # training reads the views' max_len; features read what the encoder can (as it ships)
+            build_args["max_len"] = extra["bert_config"]["max_position_embeddings"]
+        if rank == 0 and init:  # the tokenizer the checkpoint reads with (padding off)
+            tok.save(str(out / "tokenizer.json"))
+        elif rank == 0:
             shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")
     torch.manual_seed(seed)
     model = build_model(cfg, **build_args)
+    if cfg.init:
+        load_init_weights(model, init_folder(cfg.init))  # the projector stays as seeded above
 
     def on_snapshot(steps_done: int, m: torch.nn.Module) -> None:
         (out / "snapshots").mkdir(exist_ok=True)
