@@ -121,6 +121,26 @@ def best_pair(text: list[np.ndarray], image: list[np.ndarray], k: int, layers: s
 # ---------------------------------------------------------------- files
 
 
+def exported_layers(folder: Path, texts: list[str], batch: int = 64) -> list[np.ndarray]:
+    """Per-layer features of `texts` from an exported model (`platonic export`) read by
+    transformers' AutoModel / AutoTokenizer alone: the masked mean over tokens of every hidden
+    state (embeddings first), as platonic.json says the features are pooled."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    out: list[list[np.ndarray]] = []
+    with torch.no_grad():
+        for s in range(0, len(texts), batch):
+            enc = tok(texts[s : s + batch], padding=True, truncation=True, return_tensors="pt")
+            hs = model(**enc, output_hidden_states=True).hidden_states
+            m = enc["attention_mask"].unsqueeze(-1).float()
+            pooled = [((h * m).sum(1) / m.sum(1)).numpy() for h in hs]
+            out.append(pooled)
+    return [np.concatenate([b[i] for b in out]) for i in range(len(out[0]))]
+
+
 def need(path: Path, what: str) -> Path:
     if not path.exists():
         raise Missing(f"{path}: no such file ({what})")
@@ -313,6 +333,7 @@ def check(args: argparse.Namespace) -> int:
     else:
         ev, label = find_evaluate(Path(args.out_dir), args.run, args.experiment, args.recipe)
     cfg = ev.manifest.get("config", {}).get("evaluate", {})
+    exported = {name: Path(folder) for name, folder in (x.split("=", 1) for x in args.exported)}
     scores = read_json(ev.file("scores.json", "the reported scores"), "scores.json")
     k, mode = int(scores["k"]), cfg.get("clamp", "mean")
     q, layers = float(cfg.get("clamp_quantile", 0.95)), cfg.get("layers", "best")
@@ -376,7 +397,12 @@ def check(args: argparse.Namespace) -> int:
         if not emb.unchanged("features.npz"):
             fails.append(f"{m} features changed")
             print(f"FAIL  {emb.dir / 'features.npz'}: not the sha256 its manifest committed")
-        text = clamp(npz_layers(emb.file("features.npz", f"{m}'s text features")), mode, q)
+        if m in exported:  # the encoder as a transformers user loads it, not the run's features
+            texts = pq.read_table(concepts.file("eval.parquet", "the class texts"), columns=["text"])["text"]
+            print(f"      {m}: features recomputed from {exported[m]} (AutoModel, masked mean)")
+            text = clamp(exported_layers(exported[m], texts.to_pylist()), mode, q)
+        else:
+            text = clamp(npz_layers(emb.file("features.npz", f"{m}'s text features")), mode, q)
         s, i, j, grid = best_pair(text, image, k, layers)
         rows = [("all", len(wnids), rep["mutual_knn"], s)]
         for name, value in rep.get("subsets", {}).items():
@@ -479,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--evaluate", help="an evaluate artifact dir instead (its manifest names the rest)")
     p.add_argument("--concepts", help="a concepts artifact dir instead of the evaluate manifest's")
     p.add_argument("--wordnet", help="data.noun to read (default: the one concepts.json names)")
+    p.add_argument(
+        "--exported",
+        action="append",
+        default=[],
+        metavar="MODEL=DIR",
+        help="score MODEL from its exported folder (platonic export) through AutoModel instead of its features",
+    )
     args = p.parse_args(argv)
     try:
         return check(args)

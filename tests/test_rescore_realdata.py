@@ -74,3 +74,22 @@ def test_a_changed_reported_score_fails(wordnet_tiny_run, tmp_path):
 def test_a_missing_store_is_named():
     r = run_script("--out-dir", "/nonexistent/out")
     assert r.returncode == 2 and "/nonexistent/out/artifacts" in r.stderr
+
+
+@pytest.mark.e2e
+def test_an_exported_encoder_read_by_automodel_gives_the_reported_score(wordnet_tiny_run, tmp_path):
+    """`platonic export` of the tiny run's good model, re-scored from that folder through
+    transformers' AutoModel (--exported): the run's reported scores; another model's folder in
+    its place fails."""
+    out, res = wordnet_tiny_run
+    dest = tmp_path / "good"
+    for m in ("good", "bad"):
+        cmd = [sys.executable, "-m", "platonic.flows.cli", "export", res["stages"][f"train:{m}"]["run_id"]]
+        e = subprocess.run([*cmd, str(tmp_path / m), "--out-dir", str(out)], capture_output=True, text=True)
+        assert e.returncode == 0, e.stderr
+    (ev,) = (out / "artifacts" / "evaluate").glob("*/scores.json")
+    r = run_script("--out-dir", str(out), "--evaluate", str(ev.parent), "--exported", f"good={dest}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"good: features recomputed from {dest}" in r.stdout
+    r = run_script("--out-dir", str(out), "--evaluate", str(ev.parent), "--exported", f"good={tmp_path / 'bad'}")
+    assert r.returncode == 1 and "FAIL" in r.stdout
