@@ -130,6 +130,19 @@ def tiny_copy(tiny_run):
     return copy
 
 
+def quiet_env(tmp_path: Path) -> dict[str, str]:
+    """A child's environment: its own Prefect home (so its server and database are its own),
+    the default MLflow store under out_dir, one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
+    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
+
+
+def platonic_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`platonic ARGS` in a child process (text output captured, 300 s at most)."""
+    cmd = [sys.executable, "-m", "platonic.flows.cli", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (a child that printed its pid): what a killed
     producer leaves in a scratch folder's name."""

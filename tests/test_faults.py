@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import platonic_cli, quiet_env
 from mlflow.tracking import MlflowClient
 
 from platonic.core.artifacts import Manifest, verify
@@ -309,15 +310,8 @@ def test_only_over_a_corrupt_cached_artifact_is_one_line_naming_it_and_the_fix(t
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     runs_before = sorted(p.name for p in (out / "runs").iterdir())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
-    env = {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(
-        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--only", "evaluate", "--set", f"out_dir={out}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    p = platonic_cli(
+        "run", str(TINY), "--only", "evaluate", "--set", f"out_dir={out}", cwd=tmp_path, env=quiet_env(tmp_path)
     )
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2, p.stderr

@@ -15,16 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import platonic_cli, quiet_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
-
-
-def quiet_env(tmp_path: Path) -> dict[str, str]:
-    """A child's environment: its own Prefect home (so its server and database are its own),
-    the default MLflow store under out_dir, one thread."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
-    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
 
 
 # ---- the MLflow store: initialised once, under a lock -------------------------------------
@@ -97,14 +91,8 @@ def test_half_migrated_store_recovers(tmp_path, monkeypatch):
 
 @pytest.mark.e2e
 def test_only_on_an_empty_cache_is_one_line_and_starts_nothing(tmp_path):
-    env = quiet_env(tmp_path)
-    p = subprocess.run(
-        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--only", "evaluate", "--set", "out_dir=out"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    p = platonic_cli(
+        "run", str(TINY), "--only", "evaluate", "--set", "out_dir=out", cwd=tmp_path, env=quiet_env(tmp_path)
     )
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 1, p.stderr
