@@ -258,14 +258,22 @@ class PositivesConfig(Section):
                 "/opt/vllm/bin/python3): no command, no arguments"
             )
         if info.data.get("backend") == "vllm":
-            found = shutil.which(v)
-            if found is None:
-                raise ValueError("no such executable (not a file, not on PATH)")
-            real = Path(os.path.realpath(found))
-            if not PYTHON_NAME.fullmatch(real.name):
-                raise ValueError(f"resolves to {real}, not a python interpreter")
-            require_python_binary(real)
+            resolve_python_binary(v)
         return v
+
+
+def resolve_python_binary(value: str) -> Path:
+    """The file `value` names (a path, or a name looked up on PATH; symlinks resolved), if it
+    is called python* and is an ELF executable (`require_python_binary`); else ValueError.
+    Read, never run."""
+    found = shutil.which(value)
+    if found is None:
+        raise ValueError("no such executable (not a file, not on PATH)")
+    real = Path(os.path.realpath(found))
+    if not PYTHON_NAME.fullmatch(real.name):
+        raise ValueError(f"resolves to {real}, not a python interpreter")
+    require_python_binary(real)
+    return real
 
 
 def require_python_binary(real: Path) -> None:

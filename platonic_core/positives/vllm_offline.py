@@ -13,9 +13,7 @@ the batches the runner finished after the last read.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -36,19 +34,13 @@ def check_interpreter(value: str) -> None:
     interpreter: the recipe's checks read the file (ELF, not a script, named python*); this
     one runs it, in isolated mode with a short timeout, so it happens only where the stage
     that needs it starts, never while a recipe is validated."""
-    from ..config.pipeline import PYTHON_NAME, require_python_binary
+    from ..config.pipeline import resolve_python_binary
 
     def refuse(why: str) -> RuntimeError:
         return RuntimeError(f"positives.vllm_python {value!r}: {why}")
 
-    found = shutil.which(value)
-    if found is None:
-        raise refuse("no such executable (not a file, not on PATH)")
-    real = Path(os.path.realpath(found))
-    if not PYTHON_NAME.fullmatch(real.name):
-        raise refuse(f"resolves to {real}, not a python interpreter")
     try:
-        require_python_binary(real)  # again: the file may have changed since the recipe was read
+        real = resolve_python_binary(value)  # again: the file may have changed since the recipe was read
     except ValueError as e:
         raise refuse(str(e)) from None
     try:
