@@ -30,7 +30,6 @@ from . import services
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _WORD = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 _AGAIN = {signal.SIGINT: "Ctrl-C again", signal.SIGTERM: "SIGTERM or Ctrl-C again"}
-EXIT_CODE = 128 + signal.SIGINT  # 130, what a shell reports for a command Ctrl-C stopped
 
 _first: int | None = None  # the signal that asked this command to stop
 _handling = False  # a command's `handled()` block is open
