@@ -24,19 +24,24 @@ from platonic.tasks import tracking
 from platonic.tasks.executor import run_instance, run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
+from . import ctrl_c
+
 
 @flow(name="ablate", flow_run_name=recipe_run_name, log_prints=True)
 def ablate(recipe: dict, cells: list[dict]) -> dict:
     abl = AblationConfig.model_validate(recipe)
     grid = [Cell.from_dict(d) for d in cells]
     base = grid[0].cfg
-    with parent_run(
-        base.out_dir,
-        abl.experiment,
-        abl.name,
-        {"ablation": recipe, "cells": cells},
-        {tracking.FLOW_TAG: "ablate", "platonic.cells": str(len(grid))},
-    ) as ctx:
+    with (
+        ctrl_c.over_prefect(),
+        parent_run(
+            base.out_dir,
+            abl.experiment,
+            abl.name,
+            {"ablation": recipe, "cells": cells},
+            {tracking.FLOW_TAG: "ablate", "platonic.cells": str(len(grid))},
+        ) as ctx,
+    ):
         # inputs of the summary: what it reads of each cell, named by cell, so MLflow shows
         # where each came from
         inputs, runs = {}, {}

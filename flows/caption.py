@@ -25,20 +25,25 @@ from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
+from . import ctrl_c
+
 
 @flow(name="caption", flow_run_name=recipe_run_name, log_prints=True)
 def caption_flow(config: dict, base: dict | None = None, force: list[str] | None = None) -> dict:
     """`force`: caption stages (names or instance ids) re-executed even on a cache hit."""
     cfg = CaptionConfig.model_validate(config)
     pcfg = PipelineConfig.model_validate(base) if base is not None else None
-    with parent_run(
-        cfg.out_dir,
-        cfg.experiment,
-        cfg.name,
-        {"caption": config, "base": base},
-        {tracking.FLOW_TAG: "caption"},
-        params={"caption": config},
-    ) as ctx:
+    with (
+        ctrl_c.over_prefect(),
+        parent_run(
+            cfg.out_dir,
+            cfg.experiment,
+            cfg.name,
+            {"caption": config, "base": base},
+            {tracking.FLOW_TAG: "caption"},
+            params={"caption": config},
+        ) as ctx,
+    ):
         given = {}
         if pcfg is not None:
             insts = closure(pcfg, pipeline_needs(cfg, pcfg))

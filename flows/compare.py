@@ -17,12 +17,17 @@ from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
+from . import ctrl_c
+
 
 @flow(name="compare", flow_run_name=recipe_run_name, log_prints=True)
 def compare_flow(config: dict) -> dict:
     cfg = CompareConfig.model_validate(config)
     plain = cfg.model_dump(mode="json")
-    with parent_run(cfg.out_dir, cfg.experiment, cfg.name, plain, {tracking.FLOW_TAG: "compare"}) as ctx:
+    with (
+        ctrl_c.over_prefect(),
+        parent_run(cfg.out_dir, cfg.experiment, cfg.name, plain, {tracking.FLOW_TAG: "compare"}) as ctx,
+    ):
         insts = compare_instances(cfg)
         grid = run_instances(cfg, insts, {i.id: RUN for i in insts}, ctx)["compare"]
         scores = json.loads((grid.path / "scores.json").read_text())

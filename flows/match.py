@@ -19,13 +19,18 @@ from platonic.tasks import tracking
 from platonic.tasks.executor import run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
+from . import ctrl_c
+
 
 @flow(name="match", flow_run_name=recipe_run_name, log_prints=True)
 def match_flow(config: dict) -> dict:
     cfg = ClassMatchConfig.model_validate(config)
     base = match_base(cfg)
     plain = cfg.model_dump(mode="json")
-    with parent_run(cfg.out_dir, cfg.experiment, cfg.name, plain, {tracking.FLOW_TAG: "match"}, params=plain) as ctx:
+    with (
+        ctrl_c.over_prefect(),
+        parent_run(cfg.out_dir, cfg.experiment, cfg.name, plain, {tracking.FLOW_TAG: "match"}, params=plain) as ctx,
+    ):
         given = {}
         if base is not None:
             pipe = match_base_instances(base, cfg)

@@ -31,7 +31,7 @@ from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
 from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
 
-from . import services, store
+from . import ctrl_c, services, store
 
 
 def resolve_config(
@@ -87,14 +87,17 @@ def pipeline(
     modes = plan(cfg, only, from_stage, force)
     require_cached(cfg, modes, "run the pipeline without --only first")
     plain = cfg.model_dump(mode="json")
-    with parent_run(
-        cfg.out_dir,
-        cfg.experiment,
-        cfg.name,
-        plain,
-        {tracking.FLOW_TAG: "pipeline", "platonic.plan": json.dumps(modes)},
-        params=plain,
-    ) as ctx:
+    with (
+        ctrl_c.over_prefect(),
+        parent_run(
+            cfg.out_dir,
+            cfg.experiment,
+            cfg.name,
+            plain,
+            {tracking.FLOW_TAG: "pipeline", "platonic.plan": json.dumps(modes)},
+            params=plain,
+        ) as ctx,
+    ):
         return collect_results(cfg, run_instances(cfg, instances(cfg), modes, ctx), ctx)
 
 

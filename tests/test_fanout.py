@@ -207,3 +207,54 @@ def test_dask_fanout_of_the_dedup_near_level_matches_the_inline_run(tmp_path, pr
     assert runs["dask"] == runs["inline"]
     counts = runs["inline"][0]
     assert counts["removed_by_exact"] == 1 and counts["removed_by_near"] == 7 and counts["in"] == 150
+
+
+@pytest.mark.e2e  # Prefect harness + Dask task runner
+def test_sigterm_to_the_command_stops_the_dask_workers_as_ctrl_c_does(tmp_path, prefect_harness):
+    """Issue 43 (row 43.7): SIGTERM to the CLI's process alone (a scheduler's stop) while
+    shards run on a LocalCluster. Before, the default action killed the process where it was
+    (this test's own process too); the workers then ended through Dask's watch of their
+    parent. Now, as Ctrl-C: KeyboardInterrupt where the map waits (no shard loop polls), and
+    leaving the task runner closes the cluster, so the worker processes are gone."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from platonic.flows import ctrl_c
+
+    def shard(folder: str, i: int) -> None:
+        import os
+        import time
+        from pathlib import Path
+
+        Path(folder, f"{i}.pid").write_text(str(os.getpid()))
+        time.sleep(120)
+
+    def terminate_when_both_run() -> None:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    map_on_dask = mapper_for(FanoutConfig(engine="dask", workers=2))
+    threading.Thread(target=terminate_when_both_run, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), ctrl_c.handled():
+        map_on_dask(shard, [(str(tmp_path), 0), (str(tmp_path), 1)])
+    assert ctrl_c.exit_code() == 143 and time.monotonic() - t0 < 100
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

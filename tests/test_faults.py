@@ -297,6 +297,47 @@ def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_run
     assert left == []  # the runs the double Ctrl-C left RUNNING were marked KILLED by the last run
 
 
+def test_sigterm_during_training_stops_the_run_like_ctrl_c_and_exits_143(prefect_harness, tmp_path):
+    """Issue 43 (row 43.7): SIGTERM to the CLI's process alone (what a scheduler, a container
+    stop or a Prefect worker's cancel sends) while train:good trains. Before: exit 143 at once,
+    no line, the runs FAILED, nothing saved past the last periodic checkpoint. Now as Ctrl-C:
+    one `error: terminated:` line, exit 143, the runs KILLED, the state saved at the stop, and
+    a rerun resumes from it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sets = ["train.models.good.steps=600", "train.models.good.checkpoint_every=800"]  # a checkpoint every 50 steps
+    ckpts = out / "checkpoints" / "train-good"
+    proc, lines = _cli_run_reading_stderr(out, sets)
+    try:
+        _wait_for(proc, "a training checkpoint", lambda: any(ckpts.glob("*/step_*")))
+        os.kill(proc.pid, signal.SIGTERM)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 143, lines[-20:]
+    assert time.monotonic() - t0 < 30
+    assert any("terminated (SIGTERM): stopping the run" in ln for ln in lines), lines[-20:]  # after tqdm's bar
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: terminated: train:good stopped at step"), lines[-20:]
+    (state,) = ckpts.glob("*")
+    stopped_at = max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
+    assert 50 <= stopped_at < 600 and f"stopped at step {stopped_at} of 600" in errors[0]  # saved at the stop
+
+    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
+    status = {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
+    assert status.pop(("train:good", "train:good")) == "KILLED"
+    assert [s for (name, inst), s in status.items() if inst == "parent"] == ["KILLED"]
+    assert set(status.values()) == {"FINISHED", "KILLED"}
+
+    again = run_flow(out, tuple(sets))
+    m = Manifest.read(artifact(out, "train:good"))
+    assert m.stats["resumed_from_step"] == stopped_at
+    assert "train:good" in executed(again)
+
+
 def test_only_over_a_corrupt_cached_artifact_is_one_line_naming_it_and_the_fix(tiny_copy, tmp_path):
     """Issue 43: `--only evaluate` over a corrupt cached `model.safetensors` printed 110 lines
     of Prefect traceback before its error line, exit 1. The cache is verified before anything

@@ -423,14 +423,14 @@ def test_ctrl_c_asks_a_polling_loop_to_stop_raises_elsewhere_and_a_second_exits_
     interrupt.clear()
     try:
         with interrupt.polled():  # the training loop: it stops at its next safe point
-            ctrl_c.on_sigint(signal.SIGINT, None)
+            ctrl_c.on_signal(signal.SIGINT, None)
             assert interrupt.stop_requested() and exits == []
             with pytest.raises(SystemExit):  # a second Ctrl-C: out at once
-                ctrl_c.on_sigint(signal.SIGINT, None)
+                ctrl_c.on_signal(signal.SIGINT, None)
         assert exits == [130]
         interrupt.clear()
         with pytest.raises(KeyboardInterrupt):  # nothing polls: it stops where it is
-            ctrl_c.on_sigint(signal.SIGINT, None)
+            ctrl_c.on_signal(signal.SIGINT, None)
         err = capsys.readouterr().err
         assert "interrupted: stopping the run (Ctrl-C again to exit at once)" in err
         assert "error: interrupted twice: exiting now" in err
@@ -445,6 +445,67 @@ def test_ctrl_c_asks_a_polling_loop_to_stop_raises_elsewhere_and_a_second_exits_
         assert e.value.exit_code == 1
     finally:
         interrupt.clear()
+
+
+def test_sigterm_is_handled_as_ctrl_c_and_exits_143(monkeypatch, capsys):
+    """Issue 43 (row 43.7): SIGTERM (a scheduler, a container stop) does what Ctrl-C does:
+    the first asks the run to stop, a second (SIGTERM or SIGINT) exits at once; the command
+    ends with one `error: terminated:` line and exit 143 (128 + SIGTERM)."""
+    from platonic.core import interrupt
+    from platonic.flows import ctrl_c
+    from platonic.flows.commands.common import _reported_errors
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    try:
+        with ctrl_c.handled():
+            assert signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGINT)
+            with interrupt.polled():
+                os.kill(os.getpid(), signal.SIGTERM)  # through the installed handler
+                assert interrupt.stop_requested() and exits == []
+                with pytest.raises(SystemExit):  # a second signal, either kind: out at once
+                    ctrl_c.on_signal(signal.SIGINT, None)
+            assert exits == [143]
+        err = capsys.readouterr().err
+        assert "terminated (SIGTERM): stopping the run" in err and "error: terminated twice: exiting now" in err
+        with pytest.raises(SystemExit), _reported_errors():
+            os.kill(os.getpid(), signal.SIGTERM)  # nothing polls: it stops where it is
+            time.sleep(5)
+        assert exits == [143, 143]
+        (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+        assert line.startswith("error: terminated: the MLflow runs it opened are marked KILLED")
+        with pytest.raises(SystemExit), _reported_errors():  # a new command: Ctrl-C is 130 again
+            raise interrupt.Interrupted("train:good stopped at step 11 of 40; a rerun resumes from X")
+        assert exits == [143, 143, 130]
+    finally:
+        interrupt.clear()
+
+
+def test_a_flow_body_keeps_the_command_s_sigterm_handler_over_prefect_s(monkeypatch):
+    """Prefect's flow engine installs its own SIGTERM handler for a flow run (it raises
+    TerminationSignal, marks the runs crashed and kills the process again: exit 143, no line,
+    runs FAILED). Under a command's `handled()`, a flow body puts the command's back."""
+    from platonic.flows import ctrl_c
+
+    def prefect_bridge(signum, frame):  # stands in for prefect's _prefect_sigterm_handler
+        raise AssertionError("not ours")
+
+    with ctrl_c.handled():
+        signal.signal(signal.SIGTERM, prefect_bridge)
+        with ctrl_c.over_prefect():
+            assert signal.getsignal(signal.SIGTERM) is ctrl_c.on_signal
+        assert signal.getsignal(signal.SIGTERM) is prefect_bridge
+    signal.signal(signal.SIGTERM, prefect_bridge)
+    try:
+        with ctrl_c.over_prefect():  # no command handles signals (a deployment run): Prefect's stays
+            assert signal.getsignal(signal.SIGTERM) is prefect_bridge
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def test_a_run_stopped_by_ctrl_c_closes_its_runs_killed_and_a_failed_one_failed(tmp_path, monkeypatch):

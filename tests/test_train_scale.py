@@ -351,6 +351,50 @@ def test_a_stop_request_saves_the_state_between_steps_and_the_rerun_ends_bit_ide
     assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
 
 
+def test_a_stop_request_is_relayed_to_torchrun_as_sigterm(tmp_path, monkeypatch):
+    """Issue 43 (row 43.7): Ctrl-C or SIGTERM to the CLI alone (a scheduler signals one
+    process) while train_under_torchrun waits: torchrun got nothing and trained on, or was left
+    running when the CLI exited. The stop request is now relayed to torchrun as SIGTERM (its
+    own graceful stop: it signals its ranks and waits for them), then Interrupted names what a
+    rerun resumes from. A stand-in plays torchrun: it records the signal and exits."""
+    import threading
+    from types import SimpleNamespace
+
+    from platonic.core import interrupt
+    from platonic.core.train import launch
+
+    state, ready, got = tmp_path / "state", tmp_path / "ready", tmp_path / "got"
+    (state / "step_000000050").mkdir(parents=True)
+    (state / "step_000000050" / "state.json").write_text("{}")  # a periodic checkpoint
+    fake = (
+        "import pathlib, signal, sys, time\n"
+        f"def on_term(s, f):\n    pathlib.Path({str(got)!r}).write_text(signal.Signals(s).name); sys.exit(1)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(launch, "torchrun_command", lambda *a, **k: [sys.executable, "-c", fake])
+    mcfg = SimpleNamespace(nproc=2, model_dump=lambda mode: {})
+
+    def stop_when_ready() -> None:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        interrupt.request_stop()  # what the CLI's signal handler does
+
+    threading.Thread(target=stop_when_ready, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(
+            interrupt.Interrupted, match="stopped under torchrun; a rerun resumes from .*step_000000050"
+        ):
+            launch.train_under_torchrun(0, 1, "good", mcfg, tmp_path, tmp_path / "out", state, lambda s, m: None)
+    finally:
+        interrupt.clear()
+    assert got.read_text() == "SIGTERM"
+    assert time.monotonic() - t0 < 20
+
+
 def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, tmp_path):
     """A run killed while writing a checkpoint left `.tmp-step_<n>-<pid>` in the state folder
     for good. The scratch is now named after host and pid, and the next checkpoint written

@@ -22,7 +22,7 @@ def _reported_errors():
     """Recipe errors, unreadable sources, an output folder holding the user's files, a corrupt
     cached artifact under --only -> exit 2;
     missing cache, a failed stage, a full disk or a Prefect server gone mid-run -> exit 1; Ctrl-C
-    -> exit 130 (`ctrl_c`); one `error:` line each (Prefect has already logged a failed stage's
+    or SIGTERM -> exit 130 or 143 (`ctrl_c`); one `error:` line each (Prefect has already logged a failed stage's
     traceback)."""
     from platonic.core.artifacts import ForeignFolderError
     from platonic.core.contract import CorruptCache, UpstreamNotCached
@@ -34,14 +34,14 @@ def _reported_errors():
             yield
     except typer.Exit:
         raise
-    except KeyboardInterrupt as e:  # Ctrl-C: the stage stopped, its runs are closed KILLED
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the stage stopped, its runs are closed KILLED
         said = f"{e}; " if str(e) else ""
         typer.echo(
-            f"error: interrupted: {said}the MLflow runs it opened are marked KILLED; "
+            f"error: {ctrl_c.word()}: {said}the MLflow runs it opened are marked KILLED; "
             "every stage that finished is cached: rerun the command to go on",
             err=True,
         )
-        services.exit_now(ctrl_c.EXIT_CODE)  # not Prefect's event drain at exit (a server gone with the Ctrl-C)
+        services.exit_now(ctrl_c.exit_code())  # not Prefect's event drain at exit (a server gone with the Ctrl-C)
     except (ConfigError, SourceError, ForeignFolderError) as e:
         fail(str(e))
     except CorruptCache as e:  # the fix is the user's to run (a --force named in the line)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,9 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from .. import interrupt
 from ..cpus import AUTO, resolve_threads, set_torch_threads
+from .checkpoint import latest_checkpoint
 from .loop import rank_world, resolve_device, run_train
 
 if TYPE_CHECKING:
@@ -94,7 +97,9 @@ def train_under_torchrun(
     on_log: Callable[[int, dict], None],
 ) -> dict:
     """Train under `torchrun --nproc-per-node mcfg.nproc` (the entry point a cluster runs);
-    returns the trainer's summary. Resumes from the checkpoints in `state`."""
+    returns the trainer's summary. Resumes from the checkpoints in `state`. A stop request
+    (`platonic.core.interrupt`) is relayed to torchrun as SIGTERM, then raises Interrupted:
+    the ranks end by that signal, so a rerun resumes from the last periodic checkpoint."""
     state.mkdir(parents=True, exist_ok=True)
     job = state / "job.json"
     job.write_text(
@@ -104,13 +109,23 @@ def train_under_torchrun(
     metrics.unlink(missing_ok=True)  # a resumed run re-logs from its checkpoint's step on
     cmd = torchrun_command(job, model, input_dir, out, mcfg.nproc, checkpoints=state, metrics=metrics)
     log_file = state / "torchrun.log"
-    with open(log_file, "w") as log:
+    relayed = False
+    with open(log_file, "w") as log, interrupt.polled():
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         done = 0
         while p.poll() is None:
-            time.sleep(2)
+            if interrupt.stop_requested() and not relayed:
+                # Ctrl-C or SIGTERM reached this process, not necessarily torchrun (a
+                # scheduler signals one process): SIGTERM is torchrun's own graceful stop,
+                # it signals its ranks and waits for them. A second signal exits the CLI.
+                p.send_signal(signal.SIGTERM)
+                relayed = True
+            time.sleep(0.1 if relayed else 2)
             done = relay_metrics(metrics, done, on_log)
     relay_metrics(metrics, done, on_log)
+    if relayed and p.returncode != 0:  # else it finished as the request came: keep what it trained
+        kept = f"a rerun resumes from {c}" if (c := latest_checkpoint(state)) else "nothing saved"
+        raise interrupt.Interrupted(f"train:{model} stopped under torchrun; {kept}")
     if p.returncode != 0:
         tail = log_file.read_text()[-3000:]
         raise RuntimeError(f"torchrun train:{model} exited with {p.returncode} (log: {log_file}):\n{tail}")
