@@ -184,3 +184,38 @@ def test_a_post_trained_row_runs_through_the_real_data_flow(wordnet_tiny_run, st
     assert 0 <= row["mutual_knn"] <= 1 and set(row["subsets"]) == {"dogs"}
     curve = json.loads((Path(res["stages"]["curve:post"]["uri"]) / "curve.json").read_text())["points"]
     assert [p["steps"] for p in curve][0] == 0 and curve[-1]["steps"] == 4
+
+
+def test_head_steps_train_the_projector_alone_then_everything(stand_in, views, tmp_path):
+    """LP-FT: for the first head_steps the encoder's weights stay the pretrained ones and the
+    projector moves (at head_lr); after them the encoder moves too."""
+    from platonic.core.models import build_model
+    from platonic.core.models.pretrained import load_init_weights
+    from platonic.core.train import load_text_data, make_sampler, train_model
+    from platonic.core.train.loop import param_groups
+
+    cfg = _cfg(stand_in, steps=6, head_steps=3, optim={"lr": 1e-3, "head_lr": 1e-2})
+    tok = init_tokenizer(stand_in)
+    sp = special_ids(tok)
+    model = build_model(cfg, tok.get_vocab_size(), 40, special_ids=sp, bert_config=init_bert_config(stand_in))
+    load_init_weights(model, stand_in)
+    groups = param_groups(cfg, model)
+    assert [(g["part"], g["lr_scale"]) for g in groups] == [("encoder", 1.0)] * 2 + [("head", 10.0)] * 2
+    data, _, _ = load_text_data(views, cfg, sp, tok)
+    enc0 = {k: v.clone() for k, v in model.bert.state_dict().items()}
+    head0 = {k: v.clone() for k, v in model.proj.state_dict().items()}
+    seen = {}
+
+    def snap(step, m):
+        seen[step] = {k: v.clone() for k, v in m.bert.state_dict().items()}
+
+    cfg3 = cfg.model_copy(update={"snapshots": 3})
+    train_model(cfg3, model, make_sampler(cfg, data, 0, sp), seed=0, on_snapshot=snap, show_progress=False)
+    early = min(s for s in seen if s > 0)
+    assert early <= 3 and all(torch.equal(seen[early][k], enc0[k]) for k in enc0)  # the probe phase
+    assert any(not torch.equal(v, head0[k]) for k, v in model.proj.state_dict().items())
+    assert any(not torch.equal(v, enc0[k]) for k, v in model.bert.state_dict().items())  # then fine-tuning
+    plain = param_groups(_cfg(stand_in), model)  # no head options: the two groups as before
+    assert [(g["part"], g["weight_decay"] > 0) for g in plain] == [("all", True), ("all", False)]
+    with pytest.raises(ValidationError, match="leaves no step"):
+        _cfg(stand_in, steps=4, head_steps=4)

@@ -392,6 +392,10 @@ class OptimConfig(Section):
     warmup_frac: float = Field(0.05, ge=0, lt=1)
     final_lr_frac: float = Field(1e-2, ge=0, le=1)
     grad_clip: float = Field(1.0, ge=0)
+    # the JEPA projector's peak learning rate when it differs from the encoder's (None: `lr`):
+    # a new head on a pretrained encoder (`init`) learns at a probe's rate, the encoder at a
+    # fine-tuning one
+    head_lr: float | None = Field(None, gt=0)
 
 
 class ModelConfig(Section):
@@ -463,6 +467,10 @@ class ModelConfig(Section):
     # the objective sentence-transformers trains MiniLM with, 0.05 = its scale of 20)
     objective: Literal["lejepa", "infonce"] = "lejepa"
     temperature: float = Field(0.05, gt=0, le=10)
+    # the first `head_steps` of `steps` train the projector alone (the encoder's learning rate
+    # is 0): linear probing, then fine-tuning (LP-FT, Kumar et al. 2022), so a new random head
+    # does not reshape a pretrained encoder while it is still random
+    head_steps: int = Field(0, ge=0, le=1_000_000_000)
 
     @property
     def total_steps(self) -> int:
@@ -507,6 +515,10 @@ class ModelConfig(Section):
                 raise ValueError(f"init {self.init!r} fixes the architecture; leave {', '.join(fixed)} unset")
             if self.data == "stream":
                 raise ValueError("init (a pretrained tokenizer) trains from memory (data: memory)")
+        if (self.head_steps or self.optim.head_lr is not None) and self.kind != "text_jepa":
+            raise ValueError("head_steps and optim.head_lr are for a text_jepa's projector")
+        if self.head_steps >= self.total_steps:
+            raise ValueError(f"head_steps = {self.head_steps} leaves no step of the {self.total_steps} to the encoder")
         if self.objective == "infonce" and (self.kind != "text_jepa" or self.views != "good" or self.n_views != 2):
             raise ValueError("objective infonce contrasts two good views of a text_jepa (views: good, n_views: 2)")
         return self

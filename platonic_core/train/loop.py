@@ -80,6 +80,28 @@ def slice_batch(batch: dict, part: int, parts: int) -> dict:
     return out
 
 
+def param_groups(cfg: ModelConfig, model: torch.nn.Module) -> list[dict]:
+    """AdamW's groups: weight decay on matrices only; with `optim.head_lr` or `head_steps`,
+    the projector (`proj.`) in groups of its own (its rate scaled, the encoder's held at 0 for
+    the first head_steps). Without them, the two groups every run so far trained with."""
+    wd, head_scale = cfg.optim.weight_decay, (cfg.optim.head_lr or cfg.optim.lr) / cfg.optim.lr
+    split = cfg.head_steps > 0 or cfg.optim.head_lr is not None
+    groups: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        part = "head" if split and name.startswith("proj.") else "all" if not split else "encoder"
+        groups.setdefault((part, p.ndim >= 2), []).append(p)
+    order = [(part, d) for part in ("all", "encoder", "head") for d in (True, False) if (part, d) in groups]
+    return [
+        {
+            "params": groups[(part, d)],
+            "weight_decay": wd if d else 0.0,
+            "part": part,
+            "lr_scale": head_scale if part == "head" else 1.0,
+        }
+        for part, d in order
+    ]
+
+
 def compute_loss(
     cfg: ModelConfig,
     model: torch.nn.Module,
@@ -187,13 +209,7 @@ def train_model(
     torch.manual_seed(seed)
     model.to(device)
     model.train()
-    decay = [p for n_, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n_, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.optim.lr,
-        fused=device.type == "cuda" or None,
-    )
+    opt = torch.optim.AdamW(param_groups(cfg, model), lr=cfg.optim.lr, fused=device.type == "cuda" or None)
     lejepa = cfg.kind in ("text_jepa", "image_jepa") and cfg.objective == "lejepa"
     sigreg = SIGReg(cfg.slices, seed=seed).to(device) if lejepa else None
     start = 0
@@ -234,7 +250,10 @@ def train_model(
     for step in _stoppable(steps_bar, stop_before):
         lr = lr_at(step, steps, cfg.optim)
         for g in opt.param_groups:
-            g["lr"] = lr
+            # .get: a checkpoint saved before the groups had parts resumes as one "all" part.
+            # In the head phase the encoder's gradients are still computed (and counted by the
+            # clipping norm); its rate of 0 is what holds it
+            g["lr"] = lr * g.get("lr_scale", 1.0) * (g.get("part") == "head" or step >= cfg.head_steps)
         batch = sampler()
         mine = slice_batch(batch, rank, world) if global_batch and world > 1 else batch
         tokens_log += int(mine["attention_mask"].sum()) * world if "attention_mask" in mine else 0
