@@ -130,6 +130,18 @@ def tiny_copy(tiny_run):
     return copy
 
 
+@pytest.fixture(autouse=True)
+def no_stop_request_left_over():
+    """A test that signals its own process (Ctrl-C, SIGTERM through flows/ctrl_c.py) leaves the
+    stop request set, by design (the command reads it to choose its exit); the next test's
+    in-process flow would then stop before its first stage. Each test starts without one."""
+    from platonic.core import interrupt
+
+    interrupt.clear()
+    yield
+    interrupt.clear()
+
+
 def quiet_env(tmp_path: Path) -> dict[str, str]:
     """A child's environment: its own Prefect home (so its server and database are its own),
     the default MLflow store under out_dir, one thread."""
