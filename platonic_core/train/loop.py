@@ -88,7 +88,7 @@ def param_groups(cfg: ModelConfig, model: torch.nn.Module) -> list[dict]:
     split = cfg.head_steps > 0 or cfg.optim.head_lr is not None
     groups: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
-        part = "head" if split and name.startswith("proj.") else "all" if not split else "encoder"
+        part = ("head" if name.startswith("proj.") else "encoder") if split else "all"
         groups.setdefault((part, p.ndim >= 2), []).append(p)
     order = [(part, d) for part in ("all", "encoder", "head") for d in (True, False) if (part, d) in groups]
     return [
@@ -333,12 +333,12 @@ def run_train(
     """Train one model from its input artifact (views or world); write a safetensors
     checkpoint (rank 0). `state_dir`: resumable training state (see `train_model`)."""
     rank, world = rank_world()
+    init = init_folder(cfg.init) if cfg.init else None  # post-training: its weights, tokenizer, config
     if cfg.kind == "image_jepa":
         renders = load_train_renders(input_dir)
         build_args = {"image_size": int(renders.shape[2])}
         sampler = make_sampler(cfg, ImageData(renders), seed)
     else:
-        init = init_folder(cfg.init) if cfg.init else None  # post-training: its own tokenizer
         tok = init_tokenizer(init) if init else load_tokenizer(input_dir / "tokenizer.json")
         sp = special_ids(tok)
         # the built-in layout keeps model.json as before (old checkpoints load unchanged)
@@ -362,8 +362,8 @@ def run_train(
             shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")
     torch.manual_seed(seed)
     model = build_model(cfg, **build_args)
-    if cfg.init:
-        load_init_weights(model, init_folder(cfg.init))  # the projector stays as seeded above
+    if init:
+        load_init_weights(model, init)  # the projector stays as seeded above
 
     def on_snapshot(steps_done: int, m: torch.nn.Module) -> None:
         (out / "snapshots").mkdir(exist_ok=True)
