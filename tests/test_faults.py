@@ -236,6 +236,37 @@ def _wait_for(proc: subprocess.Popen, what: str, until, timeout: float = 300) ->
         time.sleep(0.02)
 
 
+STOPPABLE = ["train.models.good.steps=600", "train.models.good.checkpoint_every=800"]  # a checkpoint every 50 steps
+
+
+def _signal_during_training(out: Path, send) -> tuple[int, list[str], float, Path]:
+    """Start the tiny run (STOPPABLE), `send(pid)` once train:good has written a checkpoint:
+    (exit code, stderr lines, seconds from the signal to the exit, the checkpoints folder)."""
+    ckpts = out / "checkpoints" / "train-good"
+    proc, lines = _cli_run_reading_stderr(out, STOPPABLE)
+    try:
+        _wait_for(proc, "a training checkpoint", lambda: any(ckpts.glob("*/step_*")))
+        send(proc.pid)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return rc, lines, time.monotonic() - t0, ckpts
+
+
+def _stopped_at(ckpts: Path) -> int:
+    (state,) = ckpts.glob("*")
+    return max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
+
+
+def _statuses(out: Path) -> tuple[MlflowClient, dict[tuple[str, str], str]]:
+    """(client, {(run name, stage instance or "parent"): status}) of every MLflow run in `out`."""
+    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
+    return c, {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
+
+
 def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_runs_killed(prefect_harness, tmp_path):
     """Ctrl-C (SIGINT to the CLI's process group) while train:good trains: exit 130 within
     seconds, one `error: interrupted` line, the parent run and the train:good run KILLED (read
@@ -243,36 +274,23 @@ def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_run
     twice during that rerun exits at once. A last run finishes from the checkpoint."""
     out = tmp_path / "out"
     out.mkdir()
-    sets = ["train.models.good.steps=600", "train.models.good.checkpoint_every=800"]  # a checkpoint every 50 steps
-    ckpts = out / "checkpoints" / "train-good"
-    proc, lines = _cli_run_reading_stderr(out, sets)
-    try:
-        _wait_for(proc, "a training checkpoint", lambda: any(ckpts.glob("*/step_*")))
-        os.killpg(proc.pid, signal.SIGINT)
-        t0 = time.monotonic()
-        rc = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    rc, lines, took, ckpts = _signal_during_training(out, lambda pid: os.killpg(pid, signal.SIGINT))
     assert rc == 130, lines[-20:]
-    assert time.monotonic() - t0 < 30
+    assert took < 30
     errors = [ln for ln in lines if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: interrupted: train:good stopped at step"), lines[-20:]
-    (state,) = ckpts.glob("*")
-    stopped_at = max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
+    stopped_at = _stopped_at(ckpts)
     assert 50 <= stopped_at < 600
     assert not list((out / "artifacts" / "train" / "good").glob("*/manifest.json"))  # nothing committed for it
 
-    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
-    status = {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
+    c, status = _statuses(out)
     assert status.pop(("train:good", "train:good")) == "KILLED"
     parents = [s for (name, inst), s in status.items() if inst == "parent"]
     assert parents == ["KILLED"]
     assert set(status.values()) == {"FINISHED", "KILLED"} and not any(s == "RUNNING" for s in status.values())
 
     # the rerun resumes; Ctrl-C twice exits at once, with the runs it leaves closed by the next run
-    proc, lines = _cli_run_reading_stderr(out, sets)
+    proc, lines = _cli_run_reading_stderr(out, STOPPABLE)
     try:
         _wait_for(proc, "train:good resuming", lambda: any("train:good" in ln and "running" in ln for ln in lines))
         left_to_train = f"/{600 - stopped_at} ["  # tqdm counts the steps left: it resumed there
@@ -288,7 +306,7 @@ def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_run
     assert rc == 130 and time.monotonic() - t1 < 5, lines[-20:]
     assert "error: interrupted twice: exiting now" in lines, lines[-20:]
 
-    again = run_flow(out, tuple(sets))
+    again = run_flow(out, tuple(STOPPABLE))
     m = Manifest.read(artifact(out, "train:good"))
     assert m.stats["resumed_from_step"] >= stopped_at
     assert "train:good" in executed(again) and again["models"]["good"]["train_run_id"] == m.producer_run_id
@@ -305,34 +323,21 @@ def test_sigterm_during_training_stops_the_run_like_ctrl_c_and_exits_143(prefect
     a rerun resumes from it."""
     out = tmp_path / "out"
     out.mkdir()
-    sets = ["train.models.good.steps=600", "train.models.good.checkpoint_every=800"]  # a checkpoint every 50 steps
-    ckpts = out / "checkpoints" / "train-good"
-    proc, lines = _cli_run_reading_stderr(out, sets)
-    try:
-        _wait_for(proc, "a training checkpoint", lambda: any(ckpts.glob("*/step_*")))
-        os.kill(proc.pid, signal.SIGTERM)
-        t0 = time.monotonic()
-        rc = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    rc, lines, took, ckpts = _signal_during_training(out, lambda pid: os.kill(pid, signal.SIGTERM))
     assert rc == 143, lines[-20:]
-    assert time.monotonic() - t0 < 30
+    assert took < 30
     assert any("terminated (SIGTERM): stopping the run" in ln for ln in lines), lines[-20:]  # after tqdm's bar
     errors = [ln for ln in lines if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: terminated: train:good stopped at step"), lines[-20:]
-    (state,) = ckpts.glob("*")
-    stopped_at = max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
+    stopped_at = _stopped_at(ckpts)
     assert 50 <= stopped_at < 600 and f"stopped at step {stopped_at} of 600" in errors[0]  # saved at the stop
 
-    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
-    status = {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
+    _, status = _statuses(out)
     assert status.pop(("train:good", "train:good")) == "KILLED"
     assert [s for (name, inst), s in status.items() if inst == "parent"] == ["KILLED"]
     assert set(status.values()) == {"FINISHED", "KILLED"}
 
-    again = run_flow(out, tuple(sets))
+    again = run_flow(out, tuple(STOPPABLE))
     m = Manifest.read(artifact(out, "train:good"))
     assert m.stats["resumed_from_step"] == stopped_at
     assert "train:good" in executed(again)
