@@ -11,17 +11,20 @@ the config fields the stage reads, its inputs' digests), takes the key's file lo
 
 `run_instances` walks a recipe's instances in order, resolving each one's inputs from the
 spec (`platonic.core.stages`), and runs each as a Prefect task run when inside a flow, drawn
-in the Prefect UI with edges from its upstream instances' task runs.
+in the Prefect UI with edges from its upstream instances' task runs; with `train.parallel`
+> 1, trainings run side by side, each in a process of its own, beside the other stages.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -463,8 +466,9 @@ def run_instances(
 ) -> dict[str, Manifest]:
     """Every instance not skipped, in order (a topological order), each on its upstream
     manifests. Instances of a `fan_out` stage go to the recipe's fan-out engine together
-    (one Dask task run each) when it has one. `given`: manifests of instances another flow's
-    recipe already resolved (the base pipeline of `platonic match` or `platonic caption`), by
+    (one Dask task run each) when it has one. With `train.parallel` > 1, trainings run side by
+    side instead (`_side_by_side`). `given`: manifests of instances another flow's recipe
+    already resolved (the base pipeline of `platonic match` or `platonic caption`), by
     instance id."""
     done: dict[str, Manifest] = dict(given or {})
     states: dict[str, State] = {}  # instance id -> its task run's final state: the graph's edges
@@ -474,7 +478,22 @@ def run_instances(
         inputs, roles = instance_inputs(cfg, inst, done)
         return (inst, cfg, inputs, modes[inst.id], ctx, roles)
 
+    def start(inst: StageInstance) -> Callable[[], tuple[Manifest, State | None]]:
+        """The instance's run, its inputs taken now (from this thread's `done`)."""
+        *args, roles = call_args(inst)
+        wait_for = [states[u] for u in dict.fromkeys(upstream(cfg, inst).values()) if u in states]
+        return lambda: _run(*args, wait_for, roles=roles)
+
+    def finish(inst: StageInstance, m: Manifest, state: State | None) -> None:
+        if state is not None:  # its result quoted: Prefect walks a state's data too, matching by id
+            states[inst.id] = state.model_copy(update={"data": quote(state.data)})
+        done[inst.id] = _complete(m)
+
     todo = [i for i in insts if modes[i.id] != SKIP]
+    parallel = cfg.train.parallel if isinstance(cfg, PipelineConfig) else 1
+    if parallel > 1:
+        _side_by_side(cfg, todo, parallel, start, finish)
+        return done
     while todo:
         inst = todo.pop(0)
         interrupt.check(inst.id)  # Ctrl-C while the last stage finished: the next one does not start
@@ -485,13 +504,76 @@ def run_instances(
             todo = [i for i in todo if i.stage != inst.stage]
         if len(batch) > 1:
             results = mapper(execute, [call_args(i) for i in batch])
+            for i, m in zip(batch, results, strict=True):
+                done[i.id] = m
         else:
-            *args, roles = call_args(inst)
-            wait_for = [states[u] for u in dict.fromkeys(upstream(cfg, inst).values()) if u in states]
-            m, state = _run(*args, wait_for, roles=roles)
-            if state is not None:  # its result quoted: Prefect walks a state's data too, matching by id
-                states[inst.id] = state.model_copy(update={"data": quote(state.data)})
-            results = [_complete(m)]
-        for i, m in zip(batch, results, strict=True):
-            done[i.id] = m
+            finish(inst, *start(inst)())
     return done
+
+
+def _side_by_side(
+    cfg: PipelineConfig,
+    todo: list[StageInstance],
+    parallel: int,
+    start: Callable[[StageInstance], Callable[[], tuple[Manifest, State | None]]],
+    finish: Callable[[StageInstance, Manifest, State | None], None],
+) -> None:
+    """The instances, each as soon as its inputs are done: up to `parallel` trainings at once
+    (each in a process of its own: the train stage sees `train.parallel`, this thread only
+    waits on them), the most samples first; the other stages one at a time in this thread,
+    meanwhile. A failure or a stop request starts nothing new: the trainings running finish
+    (or stop at their next step, their state saved), then the first error is raised."""
+    ids = {i.id for i in todo}
+    finished: set[str] = set()
+
+    def ready(inst: StageInstance) -> bool:
+        return all(u in finished or u not in ids for u in upstream(cfg, inst).values())
+
+    def samples(inst: StageInstance) -> int:
+        m = cfg.train.models[inst.model]
+        return m.total_steps * m.batch_size
+
+    waiting, running = list(todo), {}
+    error: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="train") as pool:
+
+        def collect(block: bool) -> None:
+            nonlocal error
+            if not running:
+                return
+            over, _ = wait(running, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+            for f in over:
+                inst = running.pop(f)
+                try:
+                    finish(inst, *f.result())
+                    finished.add(inst.id)
+                except BaseException as e:  # noqa: BLE001 - raised below, after the others end
+                    error = error or e
+                    if running:
+                        stage_logger().warning(
+                            "%-14s failed; waiting for %s", inst.id, ", ".join(i.id for i in running.values())
+                        )
+
+        while (waiting and error is None) or running:
+            if error is None and waiting and interrupt.stop_requested():
+                error = interrupt.Interrupted(f"stopped before {waiting[0].id}")
+            if error is None:
+                trainings = sorted((i for i in waiting if i.stage == "train" and ready(i)), key=samples, reverse=True)
+                for inst in trainings[: parallel - len(running)]:
+                    waiting.remove(inst)
+                    running[pool.submit(contextvars.copy_context().run, start(inst))] = inst
+                here = next((i for i in waiting if i.stage != "train" and ready(i)), None)
+                if here is not None:
+                    waiting.remove(here)
+                    try:
+                        finish(here, *start(here)())
+                        finished.add(here.id)
+                    except BaseException as e:  # noqa: BLE001 - raised once the trainings end
+                        error = e
+                    collect(block=False)
+                    continue
+                if not running:
+                    raise RuntimeError(f"no stage can start: {[i.id for i in waiting]} wait on inputs never run")
+            collect(block=True)
+    if error is not None:
+        raise error

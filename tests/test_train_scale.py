@@ -353,7 +353,7 @@ def test_a_stop_request_saves_the_state_between_steps_and_the_rerun_ends_bit_ide
 
 def test_a_stop_request_is_relayed_to_torchrun_as_sigterm(tmp_path, monkeypatch):
     """Issue 43 (row 43.7): Ctrl-C or SIGTERM to the CLI alone (a scheduler signals one
-    process) while train_under_torchrun waits: torchrun got nothing and trained on, or was left
+    process) while train_in_subprocess waits: torchrun got nothing and trained on, or was left
     running when the CLI exited. The stop request is now relayed to torchrun as SIGTERM (its
     own graceful stop: it signals its ranks and waits for them), then Interrupted names what a
     rerun resumes from. A stand-in plays torchrun: it records the signal and exits."""
@@ -374,7 +374,7 @@ def test_a_stop_request_is_relayed_to_torchrun_as_sigterm(tmp_path, monkeypatch)
         "time.sleep(60)\n"
     )
     monkeypatch.setattr(launch, "torchrun_command", lambda *a, **k: [sys.executable, "-c", fake])
-    mcfg = SimpleNamespace(nproc=2, model_dump=lambda mode: {})
+    mcfg = SimpleNamespace(nproc=2, total_steps=100, model_dump=lambda mode: {})
 
     def stop_when_ready() -> None:
         deadline = time.monotonic() + 30
@@ -388,11 +388,44 @@ def test_a_stop_request_is_relayed_to_torchrun_as_sigterm(tmp_path, monkeypatch)
         with pytest.raises(
             interrupt.Interrupted, match="stopped under torchrun; a rerun resumes from .*step_000000050"
         ):
-            launch.train_under_torchrun(0, 1, "good", mcfg, tmp_path, tmp_path / "out", state, lambda s, m: None)
+            launch.train_in_subprocess(0, 1, "good", mcfg, tmp_path, tmp_path / "out", state, lambda s, m: None)
     finally:
         interrupt.clear()
     assert got.read_text() == "SIGTERM"
     assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.e2e  # real training processes
+def test_a_lone_trainer_stops_at_its_next_step_saves_it_and_resumes_to_the_same_bytes(views, tmp_path):
+    """A training in its own process (`train.parallel` > 1 runs each one so) stopped by Ctrl-C
+    or SIGTERM to the CLI: the request is relayed as SIGTERM, the trainer saves its state at
+    the step it was on (no periodic checkpoint configured) and exits; Interrupted names that
+    checkpoint; the same call again resumes there and ends with the bytes of a run never
+    stopped. The stop comes once its first metrics line is relayed."""
+    from platonic.core import interrupt
+    from platonic.core.config import load_config
+    from platonic.core.train import latest_checkpoint, train_in_subprocess
+
+    mcfg = load_config(views.parent / "recipe.yaml", ["train.models.ntp.steps=400"]).train.models["ntp"]
+    full, out, state = tmp_path / "full", tmp_path / "out", tmp_path / "state"
+    for d in (full, out):
+        d.mkdir()
+    train_in_subprocess(3, 1, "ntp", mcfg, views, full, tmp_path / "full-state", lambda s, m: None)
+
+    def stop(step: int, metrics: dict) -> None:
+        interrupt.request_stop()  # what the CLI's signal handler does
+
+    try:
+        with pytest.raises(interrupt.Interrupted, match="stopped under its process; a rerun resumes from .*step_"):
+            train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, stop)
+    finally:
+        interrupt.clear()
+    saved = latest_checkpoint(state)
+    assert saved is not None and 0 < int(saved.name.split("_")[1]) < 400
+    assert "stopped at step" in (state / "train.log").read_text()  # the trainer's own words
+    summary = train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, lambda s, m: None)
+    assert summary["resumed_from_step"] == int(saved.name.split("_")[1])
+    assert (out / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
 
 
 def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, tmp_path):

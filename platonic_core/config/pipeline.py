@@ -526,6 +526,11 @@ class ModelConfig(Section):
 
 class TrainConfig(Section):
     threads: Threads = "auto"
+    # trainings at once: above 1, each train instance runs in a process of its own (the
+    # entry point torchrun runs), up to this many at a time, beside the pipeline's other
+    # stages; `threads: auto` then splits the usable CPUs between them. Not in any cache
+    # key: the trained bytes are the same (tests/test_concurrent.py)
+    parallel: int = Field(1, ge=1, le=64)
     models: dict[str, ModelConfig]
 
     @model_validator(mode="after")
@@ -707,6 +712,7 @@ DEPLOYMENT_OVERRIDES: tuple[str, ...] = (
     "dedup.embed.max_length",
     "views.*",
     "train.threads",
+    "train.parallel",
     "train.models.*",
     "embed.*",
     "evaluate.*",

@@ -185,19 +185,22 @@ def views(call: StageCall):
 
 def train(call: StageCall):
     from ..cpus import AUTO, resolve_threads, set_torch_threads
-    from ..train import run_train, train_under_torchrun
+    from ..train import run_train, train_in_subprocess
 
     model = call.inst.model
-    mcfg = call.cfg.train.models[model]
-    threads = set_torch_threads(call.cfg.train.threads)
-    if mcfg.nproc > 1 and call.cfg.train.threads == AUTO:  # the usable CPUs shared by the ranks
-        threads = max(1, resolve_threads(AUTO) // mcfg.nproc)
+    mcfg, tc = call.cfg.train.models[model], call.cfg.train
+    own_process = mcfg.nproc > 1 or tc.parallel > 1  # torchrun's ranks, or side by side with others
+    threads = tc.threads
+    if own_process and threads == AUTO:  # the usable CPUs shared by the processes at work at once
+        threads = max(1, resolve_threads(AUTO) // (mcfg.nproc * tc.parallel))
+    # the flow's own stages meanwhile (a ceiling, an embedding) take one share, not every CPU
+    threads = set_torch_threads(threads)
 
     def on_log(step, metrics):
         call.hooks.log_metrics({f"train/{k}": v for k, v in metrics.items()}, step)
 
-    if mcfg.nproc > 1:
-        summary = train_under_torchrun(
+    if own_process:
+        summary = train_in_subprocess(
             call.cfg.seed, threads, model, mcfg, call.input("data"), call.out, call.state_dir, on_log
         )
     else:
@@ -473,11 +476,12 @@ SPECS: dict[str, StageSpec] = {
             ("model.safetensors", "model.json", "tokenizer.json"),
             train,
             "train one model: text JEPA (good/bad views), causal LM (next-token) or image JEPA (renders); "
-            "torchrun when nproc > 1, resumable checkpoints in OUT_DIR/checkpoints/train-<model>/<key>",
+            "its own process when train.parallel > 1 (torchrun when nproc > 1), resumable checkpoints in "
+            "OUT_DIR/checkpoints/train-<model>/<key>",
             inputs=lambda cfg, i: {"data": _data_of(cfg, i.model)},
             input_files=_render_files("data"),
             model=lambda cfg, i: cfg.train.models[i.model] if cfg.train.models[i.model].kind != "image_jepa" else None,
-            uses=("train.threads",),
+            uses=("train.threads", "train.parallel"),
             log_files=("model.safetensors", "model.json", "tokenizer.json"),
             state="until_commit",
         ),

@@ -2,13 +2,13 @@
 
 Modules: `data` (texts / renders held in memory), `sampler` (seeded batch streams, in memory
 or streamed from Parquet row groups), `checkpoint` (resumable training state), `loop`
-(`train_model`, and `run_train`: the train stage), `launch` (`torchrun_command` and the entry
-point torchrun runs: `python -m platonic.core.train`).
+(`train_model`, and `run_train`: the train stage), `launch` (`torchrun_command`, `entry_command`, the
+entry point both run: `python -m platonic.core.train`, and `train_in_subprocess`).
 """
 
 from .checkpoint import latest_checkpoint, load_train_state, save_train_state
 from .data import ImageData, TextData, load_text_data, load_train_renders
-from .launch import main, relay_metrics, torchrun_command, train_under_torchrun
+from .launch import entry_command, main, relay_metrics, torchrun_command, train_in_subprocess
 from .loop import (
     compute_loss,
     lr_at,
@@ -27,6 +27,7 @@ __all__ = [
     "StreamSampler",
     "TextData",
     "compute_loss",
+    "entry_command",
     "latest_checkpoint",
     "load_text_data",
     "load_train_renders",
@@ -43,6 +44,6 @@ __all__ = [
     "relay_metrics",
     "torchrun_command",
     "train_model",
-    "train_under_torchrun",
+    "train_in_subprocess",
     "use_bf16",
 ]

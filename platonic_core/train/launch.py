@@ -1,9 +1,10 @@
 """`python -m platonic.core.train`: the entry point torchrun launches, the command line that
-launches it, and the train stage's way of running it (`train_under_torchrun`).
+launches it, and the train stage's way of running it in processes of its own
+(`train_in_subprocess`: torchrun for several processes, the entry point alone for one).
 
 The stage writes a train job (seed, threads, the model's config: exactly the fields the
-stage declares) and runs `python -m platonic.core.train --recipe JOB.json` under
-`torch.distributed.run`; rank 0 appends per-step metrics to a JSONL file, which
+stage declares) and runs `python -m platonic.core.train --recipe JOB.json`, under
+`torch.distributed.run` when `nproc` > 1; rank 0 appends per-step metrics to a JSONL file, which
 `relay_metrics` reads from a byte offset while the processes run and hands to `on_log`.
 A cluster launcher runs the same entry point with a pipeline recipe (YAML) instead.
 """
@@ -26,11 +27,34 @@ import torch.distributed as dist
 
 from .. import interrupt
 from ..cpus import AUTO, resolve_threads, set_torch_threads
+from ..progress import bar
 from .checkpoint import latest_checkpoint
 from .loop import rank_world, resolve_device, run_train
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
+
+
+def entry_command(
+    recipe: Path,
+    model: str,
+    input_dir: Path,
+    out: Path,
+    checkpoints: Path | None = None,
+    metrics: Path | None = None,
+    overrides: list[str] | None = None,
+    log_every: int = 1,
+) -> list[str]:
+    """`python -m platonic.core.train ...`: one process (what torchrun runs per rank)."""
+    cmd = [sys.executable, "-m", "platonic.core.train", "--recipe", str(recipe), "--model", model]
+    cmd += ["--input", str(input_dir), "--out", str(out)]
+    if checkpoints is not None:
+        cmd += ["--checkpoints", str(checkpoints)]
+    if metrics is not None:
+        cmd += ["--metrics", str(metrics), "--log-every", str(log_every)]
+    for o in overrides or []:
+        cmd += ["--set", o]
+    return cmd
 
 
 def torchrun_command(
@@ -42,32 +66,11 @@ def torchrun_command(
     checkpoints: Path | None = None,
     metrics: Path | None = None,
     overrides: list[str] | None = None,
+    log_every: int = 1,
 ) -> list[str]:
     """The command a stage (or a cluster launcher) runs for `nproc` local processes."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        "-m",
-        "platonic.core.train",
-        "--recipe",
-        str(recipe),
-        "--model",
-        model,
-        "--input",
-        str(input_dir),
-        "--out",
-        str(out),
-    ]
-    if checkpoints is not None:
-        cmd += ["--checkpoints", str(checkpoints)]
-    if metrics is not None:
-        cmd += ["--metrics", str(metrics)]
-    for o in overrides or []:
-        cmd += ["--set", o]
-    return cmd
+    entry = entry_command(recipe, model, input_dir, out, checkpoints, metrics, overrides, log_every)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *entry[1:]]
 
 
 def relay_metrics(path: Path, offset: int, on_log: Callable[[int, dict], None]) -> int:
@@ -86,7 +89,7 @@ def relay_metrics(path: Path, offset: int, on_log: Callable[[int, dict], None]) 
     return offset + end
 
 
-def train_under_torchrun(
+def train_in_subprocess(
     seed: int,
     threads: int,
     model: str,
@@ -96,10 +99,13 @@ def train_under_torchrun(
     state: Path,
     on_log: Callable[[int, dict], None],
 ) -> dict:
-    """Train under `torchrun --nproc-per-node mcfg.nproc` (the entry point a cluster runs);
-    returns the trainer's summary. Resumes from the checkpoints in `state`. A stop request
-    (`platonic.core.interrupt`) is relayed to torchrun as SIGTERM, then raises Interrupted:
-    the ranks end by that signal, so a rerun resumes from the last periodic checkpoint."""
+    """Train in processes of its own: `torchrun --nproc-per-node mcfg.nproc` (the entry point
+    a cluster runs), or that entry point alone for one process (trainings side by side:
+    `train.parallel`); returns the trainer's summary. Resumes from the checkpoints in
+    `state`. A progress bar follows the relayed steps. A stop request
+    (`platonic.core.interrupt`) is relayed as SIGTERM, then raises Interrupted: torchrun
+    signals its ranks, which end by it (a rerun resumes from the last periodic checkpoint);
+    a lone process saves its state at the step it was on, as an in-process run does."""
     state.mkdir(parents=True, exist_ok=True)
     job = state / "job.json"
     job.write_text(
@@ -107,31 +113,52 @@ def train_under_torchrun(
     )
     metrics = state / "metrics.jsonl"
     metrics.unlink(missing_ok=True)  # a resumed run re-logs from its checkpoint's step on
-    cmd = torchrun_command(job, model, input_dir, out, mcfg.nproc, checkpoints=state, metrics=metrics)
-    log_file = state / "torchrun.log"
+    every = 10  # as often as an in-process run logs
+    if mcfg.nproc > 1:
+        cmd = torchrun_command(job, model, input_dir, out, mcfg.nproc, state, metrics, log_every=every)
+        what = "torchrun"
+    else:
+        cmd, what = entry_command(job, model, input_dir, out, state, metrics, log_every=every), "its process"
+    log_file = state / "train.log"
+    steps = bar(total=mcfg.total_steps, desc=f"train:{model}", unit="step")
+
+    def relayed_step(step: int, m: dict) -> None:
+        on_log(step, m)
+        steps.update(step + 1 - steps.n)
+
     relayed = False
-    with open(log_file, "w") as log, interrupt.polled():
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    # its own session: a terminal's Ctrl-C reaches this process, which relays it (below), not
+    # the trainer directly (which would stop wherever it was, saving nothing)
+    with open(log_file, "w") as log, interrupt.polled(), steps:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         done = 0
         while p.poll() is None:
             if interrupt.stop_requested() and not relayed:
-                # Ctrl-C or SIGTERM reached this process, not necessarily torchrun (a
-                # scheduler signals one process): SIGTERM is torchrun's own graceful stop,
-                # it signals its ranks and waits for them. A second signal exits the CLI.
+                # Ctrl-C or SIGTERM reached this process (a scheduler signals one process):
+                # SIGTERM is torchrun's own graceful stop, and the lone trainer's stop request
+                # (`main`). A second signal exits the CLI.
                 p.send_signal(signal.SIGTERM)
                 relayed = True
-            time.sleep(0.1 if relayed else 2)
-            done = relay_metrics(metrics, done, on_log)
-    relay_metrics(metrics, done, on_log)
+            time.sleep(0.1 if relayed else 0.5)
+            done = relay_metrics(metrics, done, relayed_step)
+        relay_metrics(metrics, done, relayed_step)
     if relayed and p.returncode != 0:  # else it finished as the request came: keep what it trained
         kept = f"a rerun resumes from {c}" if (c := latest_checkpoint(state)) else "nothing saved"
-        raise interrupt.Interrupted(f"train:{model} stopped under torchrun; {kept}")
+        raise interrupt.Interrupted(f"train:{model} stopped under {what}; {kept}")
     if p.returncode != 0:
         tail = log_file.read_text()[-3000:]
-        raise RuntimeError(f"torchrun train:{model} exited with {p.returncode} (log: {log_file}):\n{tail}")
+        raise RuntimeError(f"train:{model} under {what} exited with {p.returncode} (log: {log_file}):\n{tail}")
     summary = json.loads((out / "summary.json").read_text())
     (out / "summary.json").unlink()  # timings: not part of the content-addressed artifact
     return summary
+
+
+def _request_stop(signum: int, frame: object) -> None:
+    """A lone trainer's SIGTERM or SIGINT: a stop request the loop honours at its next step
+    (it saves its state there), or KeyboardInterrupt while nothing polls (loading data)."""
+    if not interrupt.polling():
+        raise KeyboardInterrupt
+    interrupt.request_stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--checkpoints", type=Path, default=None, help="resumable state; resumes when it holds one")
     ap.add_argument("--metrics", type=Path, default=None, help="per-step metrics, JSON lines (rank 0)")
+    ap.add_argument("--log-every", type=int, default=1, metavar="STEPS", help="metrics every this many steps")
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     a = ap.parse_args(argv)
     if str(a.recipe).endswith(".json"):  # a train job the stage wrote: seed, threads, one model
@@ -162,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         threads = max(1, resolve_threads(AUTO) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     set_torch_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:  # ranks of several end by torchrun's signal: they must not stop at different steps
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _request_stop)
     if world > 1:
         device = resolve_device(mcfg)
         if device.type == "cuda":
@@ -187,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
             desc=f"train:{a.model}",
             state_dir=a.checkpoints,
             show_progress=False,
-            log_every=1,
+            log_every=a.log_every,
         )
         if rank == 0:
             (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
         if log is not None:
             log.close()
+    except interrupt.Interrupted as e:  # a lone trainer stopped on request: what it kept, no traceback
+        print(e, file=sys.stderr)
+        return 130
     finally:
         if world > 1:
             dist.destroy_process_group()
