@@ -5,6 +5,11 @@
 - texts: one text per row of kinds `text_sources`, which the bad-view JEPA corrupts into
   two masked copies and the causal LM reads for next-token prediction;
 - one word-level tokenizer built from all of them, shared by every text model.
+
+One kind is derived here rather than ingested: `wn_hypernym`, a WordNet synset's parent
+named by the parent's lemma list (as the corpus keeps it). With `good_sources: [wn_lemmas,
+wn_hypernym]` a synset's two views are its own lemmas and its parent's: positives that carry
+the hierarchy and nothing else (issue 42's control, configs/improve_minilm_hier.yaml).
 """
 
 from __future__ import annotations
@@ -29,8 +34,37 @@ TEXTS_SCHEMA = pa.schema([TEXT_SCHEMA.field(c) for c in ("image_id", "text_id", 
 GOOD_VIEWS_SCHEMA = pa.schema([("image_id", pa.string()), ("texts", pa.list_(pa.string()))])
 
 
+HYPERNYM_KIND = "wn_hypernym"
+
+
+def hypernym_texts(t: pl.DataFrame) -> pl.DataFrame:
+    """Per synset with a `wn_lemmas` row: one `wn_hypernym` row, the lemma list of its first
+    hypernym (WordNet's pointer order) whose `wn_lemmas` row the corpus holds; synsets with
+    none get no row. `t` has the WordNet reader's `hypernyms` column (space-separated wnids)."""
+    lemmas = t.filter(pl.col("source_kind") == "wn_lemmas")
+    parents = (
+        lemmas.select("image_id", parent=pl.col("hypernyms").str.split(" "))
+        .with_columns(rank=pl.int_ranges(pl.col("parent").list.len()))
+        .explode("parent", "rank")
+        .join(lemmas.select(parent="image_id", text="text"), on="parent")  # parents the corpus kept
+        .sort("image_id", "rank")
+        .unique("image_id", keep="first", maintain_order=True)
+    )
+    return parents.select(
+        "image_id",
+        text_id=pl.col("image_id") + f":{HYPERNYM_KIND}:0",
+        source_kind=pl.lit(HYPERNYM_KIND),
+        text="text",
+    )
+
+
 def build_views(texts: Path, cfg: ViewsConfig, out: Path) -> dict[str, int]:
-    t = pl.from_arrow(pq.read_table(texts, columns=TEXTS_SCHEMA.names))
+    derive = HYPERNYM_KIND in {*cfg.good_sources, *cfg.text_sources}
+    if derive and "hypernyms" not in pq.read_schema(texts).names:
+        raise ValueError(f"views: {HYPERNYM_KIND!r} is derived from a WordNet corpus's hypernyms; {texts} has none")
+    t = pl.from_arrow(pq.read_table(texts, columns=TEXTS_SCHEMA.names + (["hypernyms"] if derive else [])))
+    if derive:
+        t = pl.concat([t.drop("hypernyms"), hypernym_texts(t)], how="vertical_relaxed")
     kinds = set(t["source_kind"].unique())
     for k in {*cfg.good_sources, *cfg.text_sources} - kinds:
         raise ValueError(f"views: source kind {k!r} is not in the corpus (kinds: {sorted(kinds)})")

@@ -121,6 +121,37 @@ def test_ingest_keeps_every_synset_text_and_quarantines_the_malformed_lines(tmp_
     assert kinds == {"wn_lemmas": 31, "wn_definition": 31, "wn_example": n_texts - 62}
 
 
+def test_hypernym_views_pair_a_synset_with_its_parents_lemmas(tmp_path):
+    """Issue 42's hierarchy-only control: `wn_hypernym` is derived at the views stage from the
+    ingested corpus: per synset, the lemma list of its first hypernym the corpus holds. With
+    good_sources [wn_lemmas, wn_hypernym] a synset's two views are its lemmas and its parent's;
+    synsets whose parents are not in the corpus have one text and are left out, counted."""
+    from platonic.core.config import ViewsConfig
+    from platonic.core.views import build_views
+
+    ingest_corpus(resolve_sources([str(FIXTURE)], "wordnet"), _config(), tmp_path / "c", tmp_path / "cache")
+    corpus = next((tmp_path / "c" / "texts").glob("*/data.parquet"))
+    rows = pq.read_table(corpus).to_pylist()
+    lemmas = {r["image_id"]: r for r in rows if r["source_kind"] == "wn_lemmas"}
+    cfg = ViewsConfig(good_sources=["wn_lemmas", "wn_hypernym"], text_sources=["wn_lemmas"], vocab_size=64)
+    (tmp_path / "v").mkdir()
+    counts = build_views(corpus, cfg, tmp_path / "v")
+    good = {r["image_id"]: r["texts"] for r in pq.read_table(tmp_path / "v" / "good_views.parquet").to_pylist()}
+    expected = {}
+    for wnid, r in lemmas.items():
+        parent = next((p for p in (r["hypernyms"] or "").split() if p in lemmas), None)
+        if parent is not None:
+            expected[wnid] = [r["text"], lemmas[parent]["text"]]
+    assert expected and {w: sorted(t) for w, t in good.items()} == {w: sorted(t) for w, t in expected.items()}
+    assert good["n02084071"][1] == lemmas["n02083346"]["text"]  # dog -> canine, its first hypernym
+    assert counts["good_images"] + counts["images_too_few_texts"] == len(lemmas)
+    # a corpus without WordNet's hypernyms column cannot derive it: one clear error
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pq.read_table(corpus).drop(["hypernyms"]), plain)
+    with pytest.raises(ValueError, match="wn_hypernym.*hypernyms"):
+        build_views(plain, cfg, tmp_path / "v")
+
+
 def test_reader_counts_the_license_lines_it_skips():
     reader = WordNetReader(_config())
     shard = resolve_sources([str(FIXTURE)], "wordnet")[0]
