@@ -11,6 +11,9 @@ With provenance (the CLI gathers it from MLflow), the folder is hub-ready: `plat
 also holds the train run, the commit, the recipe digest, the scores and the best layer;
 `config.json` carries `platonic_pooling` and `platonic_layer` (what `model.config` shows a
 transformers user); `README.md` is a model card with the metadata header the hub reads.
+`modules.json`, `sentence_bert_config.json` and `1_Pooling/` make the folder a
+sentence-transformers model too: `SentenceTransformer(DIR)` gives the masked mean of the last
+layer (the card's features when the evaluation's layer is the last, as post-training scores it).
 The image encoder is not a transformers model and is not exported this way.
 """
 
@@ -22,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import ModelConfig
+
+# the hub ids of the packaged weights a post-training run starts from (`init:`, match/features.py's PACKAGED)
+HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2", "gemma-3-270m": "google/gemma-3-270m"}
 
 
 def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
@@ -50,7 +56,10 @@ def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[
         "views": cfg.views,
         "pooling": "masked mean over tokens of hidden_states[layer] (the evaluation takes the best layer)",
         "architecture": type(net).__name__,
+        "last_layer": net.config.num_hidden_layers,  # hidden_states[last_layer]: what sentence-transformers pools
     }
+    if cfg.init in HUB_IDS:  # post-trained from weights a package ships: the hub model they are
+        info["base_model"] = HUB_IDS[cfg.init]
     tensors = {}
     if cfg.kind == "text_jepa":
         tensors["projector.safetensors"] = {k: v.contiguous() for k, v in model.proj.state_dict().items()}
@@ -80,6 +89,23 @@ def write_extras(dest: Path, info: dict[str, Any], tensors: dict[str, Any]) -> N
     for name, state in tensors.items():
         save_file(state, str(Path(dest) / name))
     (Path(dest) / "platonic.json").write_text(json.dumps(info, indent=1))
+
+
+def write_sentence_transformers(dest: Path, dim: int, max_len: int) -> None:
+    """The files `SentenceTransformer(dest)` reads: transformers' model in the folder itself,
+    then mean pooling over the real tokens of its last hidden state (no normalisation)."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (dest / "modules.json").write_text(json.dumps(modules, indent=1))
+    (dest / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
+    pooling = {
+        f"pooling_mode_{m}": m == "mean_tokens"
+        for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
+    }
+    (dest / "1_Pooling").mkdir()
+    (dest / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": dim, **pooling}, indent=1))
 
 
 def check_dest(dest: Path) -> Path:
@@ -112,6 +138,7 @@ def export_pretrained(
     net.save_pretrained(dest)
     tok.save_pretrained(dest)
     write_extras(dest, info, tensors)
+    write_sentence_transformers(dest, net.config.hidden_size, tok.model_max_length)
     (dest / "README.md").write_text(model_card(info))
     return info
 
@@ -131,7 +158,9 @@ def model_card(info: dict[str, Any]) -> str:
         "tags:",
         "- platonic",
         "- platonic-representation-hypothesis",
+        "- sentence-transformers",
         f"- {'next-token' if causal else 'jepa'}",
+        *([f"base_model: {info['base_model']}"] if info.get("base_model") else []),
         "---",
     ]
     use = "layer = model.config.platonic_layer  # the evaluation's best layer"
@@ -161,6 +190,14 @@ def model_card(info: dict[str, Any]) -> str:
         'mask = batch["attention_mask"].unsqueeze(-1).to(h.dtype)',
         "features = (h * mask).sum(1) / mask.sum(1)",
         "```",
+        "",
+        'With sentence-transformers, `SentenceTransformer("DIR").encode(texts)` gives the masked mean '
+        "of the last layer (`hidden_states[-1]`)"
+        + (
+            " (the evaluation's layer)."
+            if layer is None or layer == info.get("last_layer")
+            else f"; the evaluation's layer is {layer}, above."
+        ),
         "",
     ]
     scores = info.get("scores") or {}

@@ -137,8 +137,17 @@ def test_the_export_is_hub_ready(tiny_run, tmp_path, name):
     batch = tok(["a small red circle", "two blue squares at the top"], padding=True, return_tensors="pt")
     ours = load_checkpoint(folder, mcfg).layer_features(batch["input_ids"], batch["attention_mask"])
     with torch.no_grad():
-        h = model(**batch, output_hidden_states=True).hidden_states[model.config.platonic_layer]
-    torch.testing.assert_close(masked_mean(h, batch["attention_mask"]), ours[m["layer_a"]])
+        hidden = model(**batch, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(
+        masked_mean(hidden[model.config.platonic_layer], batch["attention_mask"]), ours[m["layer_a"]]
+    )
+    # ...and a sentence-transformers user gets the last layer's masked mean, as the card says
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["a small red circle", "two blue squares at the top"]
+    st = SentenceTransformer(str(dest), device="cpu").encode(texts, convert_to_tensor=True)
+    torch.testing.assert_close(st, masked_mean(hidden[-1], batch["attention_mask"]), rtol=1e-5, atol=1e-5)
+    assert len(hidden) - 1 == info["last_layer"] and ("the evaluation's layer" in card)
 
 
 @pytest.mark.parametrize("name", ["good", "ntp"])

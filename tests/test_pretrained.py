@@ -148,6 +148,44 @@ def test_step_zero_is_minilm_as_it_ships():
     assert max(float(np.abs(a - b).max()) for a, b in zip(ours, ref, strict=True)) < 1e-5
 
 
+def test_minilm_exported_loads_as_a_sentence_transformer_with_its_base_model(tmp_path):
+    """Issue 44: `platonic export` of a model post-trained from the packaged MiniLM (here at
+    step 0, saved as the train stage saves it) is a sentence-transformers folder too:
+    `SentenceTransformer(DIR)` gives the last layer's mean-pooled features, equal to MiniLM's
+    own through transformers (the `minilm` reference row's code); the card names its base model."""
+    from sentence_transformers import SentenceTransformer
+
+    from platonic.core.export import export_pretrained
+    from platonic.core.hf_features import hf_text_layer_features
+    from platonic.core.models import build_model, save_checkpoint
+    from platonic.core.models.pretrained import load_init_weights
+
+    folder = init_folder("all-MiniLM-L6-v2")
+    tok = init_tokenizer(folder)
+    cfg = ModelConfig(kind="text_jepa", views="good", init="all-MiniLM-L6-v2")
+    bert_config = init_bert_config(folder)
+    args = {
+        "vocab_size": tok.get_vocab_size(),
+        "max_len": 512,
+        "special_ids": special_ids(tok),
+        "bert_config": bert_config,
+    }
+    model = build_model(cfg, **args)
+    load_init_weights(model, folder)
+    ckpt = tmp_path / "train"
+    save_checkpoint(model, args, ckpt)
+    tok.save(str(ckpt / "tokenizer.json"))
+    dest = tmp_path / "hf"
+    export_pretrained(ckpt, cfg, dest, {"best_layer": 6})
+    texts = ["dog, domestic dog: a member of the genus Canis", "tabby: a cat with a striped coat", "oak"]
+    got = SentenceTransformer(str(dest), device="cpu").encode(texts, convert_to_numpy=True)
+    want = hf_text_layer_features(str(folder), texts, "mean", 8, None, "float32", False)[-1]
+    assert got.shape == (3, 384) and float(np.abs(got - want).max()) < 1e-5
+    header = (dest / "README.md").read_text().split("---\n")[1]
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in header and "- sentence-transformers" in header
+    assert "(the evaluation's layer)" in (dest / "README.md").read_text()
+
+
 def test_info_nce_is_the_symmetric_in_batch_cross_entropy():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)
