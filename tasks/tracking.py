@@ -170,15 +170,24 @@ def _finish_interrupted_migration(uri: str, db: Path) -> None:
         engine.dispose()
 
 
+# what MLflow's UI (3.x) reads to choose an experiment's view; without it, it infers one and
+# opened the study's experiments on GenAI traces and "Evaluations" instead of their runs
+EXPERIMENT_KIND_TAG, TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def experiment_id(c: MlflowClient, name: str, out_dir: str | Path) -> str:
+    """The experiment's id, created (its artifacts under the store) if new; tagged as model
+    training unless it already names a kind (a kind chosen in the UI is kept)."""
     exp = c.get_experiment_by_name(name)
     if exp is not None:
+        if EXPERIMENT_KIND_TAG not in exp.tags:  # made before the tag was set
+            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return exp.experiment_id
     location = None
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         location = (Path(out_dir).resolve() / "mlartifacts").as_uri()
     try:
-        return c.create_experiment(name, artifact_location=location)
+        return c.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
     except Exception:  # created concurrently by another process
         return c.get_experiment_by_name(name).experiment_id
 

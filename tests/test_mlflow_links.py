@@ -214,6 +214,25 @@ def test_the_model_page_shows_the_training_curves_final_values(tiny_run):
         assert {"samples", "steps"} <= set(linked)
 
 
+def test_the_experiment_opens_on_its_training_runs(tiny_run, tmp_path):
+    """Issue 44 item 3: MLflow's UI chose the GenAI view (traces, "Evaluations") for the study's
+    experiments. It reads the experiment tag `mlflow.experimentKind`: set to model training on
+    creation, and on an experiment made before, unless a kind is already chosen."""
+    from platonic.tasks.tracking import EXPERIMENT_KIND_TAG, experiment_id
+
+    _, res = tiny_run
+    tagged = MlflowClient(res["tracking_uri"]).get_experiment(res["experiment_id"]).tags
+    assert tagged[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    c = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a store of its own: the shared run's is read-only
+    older = c.create_experiment("made-before", artifact_location=(tmp_path / "a").as_uri())
+    chosen = c.create_experiment(
+        "chosen", artifact_location=(tmp_path / "b").as_uri(), tags={EXPERIMENT_KIND_TAG: "finetuning"}
+    )
+    assert experiment_id(c, "made-before", tmp_path) == older and experiment_id(c, "chosen", tmp_path) == chosen
+    assert c.get_experiment(older).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert c.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "finetuning"
+
+
 def test_lineage_accepts_every_run_id_the_model_card_cites(tiny_run, tmp_path):
     """Issue 44 item 2: `platonic lineage` of the card's runs (the model's evaluation run, its
     train run, the flow run), through the CLI; the evaluation run's tree starts at that run
