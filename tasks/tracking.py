@@ -179,6 +179,12 @@ def experiment_id(c: MlflowClient, name: str, out_dir: str | Path) -> str:
     """The experiment's id, created (its artifacts under the store) if new; tagged as model
     training unless it already names a kind (a kind chosen in the UI is kept)."""
     exp = c.get_experiment_by_name(name)
+    if exp is not None and exp.lifecycle_stage == "deleted":  # in the UI's trash: runs cannot be logged to it
+        raise ConfigError(
+            f"MLflow experiment {name!r} (id {exp.experiment_id}) is deleted; restore it "
+            f"(mlflow experiments restore --experiment-id {exp.experiment_id}, tracking URI {c.tracking_uri}) "
+            "or log to another: --set experiment=NAME"
+        )
     if exp is not None:
         if EXPERIMENT_KIND_TAG not in exp.tags:  # made before the tag was set
             c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)

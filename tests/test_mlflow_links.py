@@ -217,7 +217,9 @@ def test_the_model_page_shows_the_training_curves_final_values(tiny_run):
 def test_the_experiment_opens_on_its_training_runs(tiny_run, tmp_path):
     """Issue 44 item 3: MLflow's UI chose the GenAI view (traces, "Evaluations") for the study's
     experiments. It reads the experiment tag `mlflow.experimentKind`: set to model training on
-    creation, and on an experiment made before, unless a kind is already chosen."""
+    creation, and on an experiment made before, unless a kind is already chosen. Issue 43: a
+    deleted experiment is refused in one line that says how to restore it."""
+    from platonic.core.config import ConfigError
     from platonic.tasks.tracking import EXPERIMENT_KIND_TAG, experiment_id
 
     _, res = tiny_run
@@ -231,6 +233,10 @@ def test_the_experiment_opens_on_its_training_runs(tiny_run, tmp_path):
     assert experiment_id(c, "made-before", tmp_path) == older and experiment_id(c, "chosen", tmp_path) == chosen
     assert c.get_experiment(older).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
     assert c.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "finetuning"
+    # an experiment deleted in the UI (its trash) cannot take runs: one line naming the fix
+    c.delete_experiment(older)
+    with pytest.raises(ConfigError, match=rf"'made-before' \(id {older}\) is deleted; restore it .*--set experiment="):
+        experiment_id(c, "made-before", tmp_path)
 
 
 def test_lineage_accepts_every_run_id_the_model_card_cites(tiny_run, tmp_path):
