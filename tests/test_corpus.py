@@ -568,6 +568,32 @@ def test_plan_for_a_real_corpus_needs_no_world():
 # ---- the command -----------------------------------------------------------------------------
 
 
+def test_a_shard_that_keeps_no_text_fails_the_command_in_one_line(tmp_path):
+    """Issue 43 (by class: readers): a file of random bytes given as JSONL was read, every
+    line quarantined (schema_mismatch), counts adding up, and the command exited 0 with no
+    word. A shard read whole that kept nothing now ends the command with one line naming it,
+    its reasons and where to look, exit 1; the good shard beside it is kept and counted."""
+    import random
+
+    from typer.testing import CliRunner
+
+    import platonic.tasks.executor  # noqa: F401
+    from platonic.flows.cli import app
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.jsonl").write_text(json.dumps({"image_id": "a", "text": "a red cube"}) + "\n")
+    (src / "noise.jsonl").write_bytes(random.Random(0).randbytes(20_000))
+    store = tmp_path / "store"
+    r = CliRunner().invoke(app, ["ingest", str(src), "--format", "jsonl", "--out-dir", str(store), "--json"])
+    assert r.exit_code == 1, r.output
+    c = json.loads(r.stdout[: r.stdout.rindex("}") + 1])["counts"]
+    assert c["kept"] == 1 and c["in"] == c["kept"] + c["quarantined"] and c["quarantined"] > 10
+    err = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and "1 of 2 shards kept no text" in err[0] and "noise" in err[0], r.stderr
+    assert "is the input jsonl?" in err[0] and "platonic corpus stats --dir" in err[0]
+
+
 def test_platonic_ingest_command_counts_mlflow_and_stats(tmp_path):
     # Prefect binds its log handlers to the streams of its import: import it before CliRunner
     # swaps (and then closes) stdout/stderr, as a real process does

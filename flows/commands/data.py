@@ -96,6 +96,26 @@ def ingest(
             _print_ingest(report, Path(m.uri))
         if failed is not None:
             fail(str(failed), 1)
+        if (empty := _nothing_kept(m.counts, Path(m.uri), fmt)) is not None:
+            fail(empty, 1)
+
+
+def _nothing_kept(counts: dict, out: Path, fmt: str) -> str | None:
+    """The line for shards that were read but kept no text (a file of another format, random
+    bytes): every row quarantined, counted, and the command still looked successful."""
+    import pyarrow.parquet as pq
+
+    shards = pq.read_table(out / "shards.parquet").to_pylist() if (out / "shards.parquet").is_file() else []
+    empty = [s["shard"] for s in shards if s["status"] != "failed" and s["texts_in"] > 0 and s["kept"] == 0]
+    if not empty:
+        return None
+    reasons = {k.removeprefix("quarantined_"): v for k, v in counts.items() if k.startswith("quarantined_") and v}
+    why = ", ".join(f"{r} {n:,}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    named = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+    return (
+        f"{len(empty)} of {len(shards)} shards kept no text, every row quarantined ({named}; {why}): "
+        f"is the input {fmt}? `platonic corpus stats --dir {out}` shows the quarantine"
+    )
 
 
 def _column_map(items: list[str]) -> dict[str, str]:
