@@ -215,7 +215,8 @@ def model_card(info: dict[str, Any]) -> str:
         ]
     else:
         body += ["## Evaluation", "", "No evaluation run of this model was found in its MLflow store.", ""]
-    keys = ("run_id", "model_id", "evaluation_run_id", "flow_run_id", "recipe", "config_digest", "git_commit")
+    keys = ("run_id", "model_id", "evaluation_run_id", "flow_run_id", "prefect_flow_run_id")
+    keys += ("recipe", "config_digest", "git_commit")
     prov = [f"| {k} | `{info[k]}` |" for k in (*keys, "cache_key", "digest") if info.get(k)]
     if prov:
         body += ["## Provenance", "", "| field | value |", "|---|---|", *prov, ""]

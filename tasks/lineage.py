@@ -212,7 +212,8 @@ def provenance(c: MlflowClient, run_id: str) -> dict:
     if parent_id := t.get(tracking.PARENT_TAG):
         pt = c.get_run(parent_id).data.tags
         prov |= {
-            "flow_run_id": parent_id,
+            "flow_run_id": parent_id,  # the flow's MLflow (parent) run
+            "prefect_flow_run_id": pt.get(tracking.PREFECT_FLOW_RUN_TAG) or None,  # the same flow run in Prefect
             "recipe": pt.get(tracking.RECIPE_TAG),
             "config_digest": pt.get(tracking.CONFIG_DIGEST_TAG),
             "git_commit": pt.get(tracking.GIT_COMMIT_TAG),

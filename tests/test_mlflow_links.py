@@ -120,6 +120,9 @@ def test_the_export_is_hub_ready(tiny_run, tmp_path, name):
     info = json.loads((dest / "platonic.json").read_text())
     parent = MlflowClient(res["tracking_uri"]).get_run(res["run_id"]).data.tags
     assert info["run_id"] == m["train_run_id"] and info["flow_run_id"] == res["run_id"]
+    # ...and the same flow run's id in Prefect (the card cited only the MLflow parent run's)
+    prefect_id = parent["prefect.flow_run_id"]
+    assert info["prefect_flow_run_id"] == prefect_id and len(prefect_id) == 36 and prefect_id != res["run_id"]
     assert info["git_commit"] == parent["mlflow.source.git.commit"] and info["config_digest"] == res["config_digest"]
     assert info["best_layer"] == m["layer_a"] and info["scores"]["mutual_knn"] == pytest.approx(m["mutual_knn"])
     assert info["registered_name"] == f"tiny-{name}" and info["model_id"].startswith("m-")
