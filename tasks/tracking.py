@@ -26,6 +26,7 @@ from typing import Any
 
 from filelock import FileLock
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelStatus, Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from platonic.core.config import ConfigError
@@ -263,7 +264,27 @@ def log_input(c: MlflowClient, run_id: str, name: str, digest: str, uri: str, sc
         schema=json.dumps(schema)[:60000],
         profile=json.dumps(counts),
     )
-    c.log_inputs(run_id, datasets=[DatasetInput(ds, tags=[InputTag("mlflow.data.context", "upstream")])])
+    inputs = [DatasetInput(ds, tags=[InputTag("mlflow.data.context", "upstream")])]
+    try:
+        with _inputs_lock:
+            c.log_inputs(run_id, datasets=inputs)
+    except MlflowException as e:
+        # MLflow's SQL store looks a dataset up, then inserts it: a run in another process (or a
+        # stage beside a training) inserting the same one in between loses the insert. Once more
+        # finds the row
+        if not _lost_dataset_insert(e):
+            raise
+        c.log_inputs(run_id, datasets=inputs)
+
+
+# stages beside trainings (train.parallel) log the same upstream (`world`) at the same time
+_inputs_lock = threading.Lock()
+
+
+def _lost_dataset_insert(e: Exception) -> bool:
+    """The unique-key error of a dataset row another writer inserted first (SQLite, Postgres)."""
+    text = str(e)
+    return "datasets" in text and ("UNIQUE constraint failed" in text or "duplicate key" in text)
 
 
 def log_text(c: MlflowClient, run_id: str, text: str, artifact_file: str) -> None:

@@ -136,3 +136,55 @@ def test_trainings_side_by_side_train_the_same_bytes_as_one_after_another(tiny_r
 
     for model in cfg.train.models:
         assert losses(res, model) == losses(ref, model) != [], model
+
+
+def test_the_same_upstream_logged_from_several_threads_is_one_dataset_every_run_reads(tmp_path):
+    """Side by side, positives (the flow's thread) and train:image (a pool thread) log the
+    `world` artifact as a dataset input at the same moment: MLflow's SQL store looked the
+    dataset up, then inserted it, and one of the two failed the demo with `UNIQUE constraint
+    failed: datasets...`. Eight threads now log it to eight runs: one dataset, eight inputs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mlflow.tracking import MlflowClient
+
+    from platonic.tasks.tracking import log_input
+
+    c = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = c.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
+    runs = [c.create_run(exp).info.run_id for _ in range(8)]
+    digest = "a7290c130a71cb42c9a9fd9f984ab7dd9a6a7290c130a71cb42c9a9fd9f984ab"
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda r: log_input(c, r, "world", digest, str(tmp_path / "w"), {}, {"scenes": 1}), runs))
+    for r in runs:
+        (ds,) = c.get_run(r).inputs.dataset_inputs
+        assert ds.dataset.name == "world"
+
+
+def test_a_dataset_insert_lost_to_another_writer_is_retried_once(monkeypatch):
+    """Another process can insert the same dataset between MLflow's lookup and its insert (no
+    lock of ours reaches it): that unique-key error is retried once, and the retry finds the
+    row; any other error is raised as it came."""
+    from mlflow.exceptions import MlflowException
+
+    from platonic.tasks.tracking import log_input
+
+    class Client:
+        def __init__(self, errors):
+            self.errors, self.calls = list(errors), 0
+
+        def log_inputs(self, run_id, datasets):
+            self.calls += 1
+            if self.errors:
+                raise self.errors.pop(0)
+
+    lost = MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, datasets.name")
+    c = Client([lost])
+    log_input(c, "r", "world", "d" * 64, "/w", {}, {})
+    assert c.calls == 2
+    pg = Client([MlflowException('duplicate key value violates unique constraint "datasets_pk"')])
+    log_input(pg, "r", "world", "d" * 64, "/w", {}, {})
+    assert pg.calls == 2
+    other = Client([MlflowException("RESOURCE_DOES_NOT_EXIST: run r")])
+    with pytest.raises(MlflowException, match="RESOURCE_DOES_NOT_EXIST"):
+        log_input(other, "r", "world", "d" * 64, "/w", {}, {})
+    assert other.calls == 1
