@@ -492,7 +492,7 @@ def run_instances(
     todo = [i for i in insts if modes[i.id] != SKIP]
     parallel = cfg.train.parallel if isinstance(cfg, PipelineConfig) else 1
     if parallel > 1:
-        _side_by_side(cfg, todo, parallel, start, finish)
+        _side_by_side(cfg, todo, parallel, start, finish, done)
         return done
     while todo:
         inst = todo.pop(0)
@@ -517,17 +517,18 @@ def _side_by_side(
     parallel: int,
     start: Callable[[StageInstance], Callable[[], tuple[Manifest, State | None]]],
     finish: Callable[[StageInstance, Manifest, State | None], None],
+    done: dict[str, Manifest],
 ) -> None:
     """The instances, each as soon as its inputs are done: up to `parallel` trainings at once
     (each in a process of its own: the train stage sees `train.parallel`, this thread only
     waits on them), the most samples first; the other stages one at a time in this thread,
     meanwhile. A failure or a stop request starts nothing new: the trainings running finish
-    (or stop at their next step, their state saved), then the first error is raised."""
+    (or stop at their next step, their state saved), then the first error is raised. `done`:
+    the manifests `finish` records, by instance id."""
     ids = {i.id for i in todo}
-    finished: set[str] = set()
 
     def ready(inst: StageInstance) -> bool:
-        return all(u in finished or u not in ids for u in upstream(cfg, inst).values())
+        return all(u in done or u not in ids for u in upstream(cfg, inst).values())
 
     def samples(inst: StageInstance) -> int:
         m = cfg.train.models[inst.model]
@@ -546,7 +547,6 @@ def _side_by_side(
                 inst = running.pop(f)
                 try:
                     finish(inst, *f.result())
-                    finished.add(inst.id)
                 except BaseException as e:  # noqa: BLE001 - raised below, after the others end
                     error = error or e
                     if running:
@@ -567,7 +567,6 @@ def _side_by_side(
                     waiting.remove(here)
                     try:
                         finish(here, *start(here)())
-                        finished.add(here.id)
                     except BaseException as e:  # noqa: BLE001 - raised once the trainings end
                         error = e
                     collect(block=False)

@@ -26,6 +26,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.events: list[tuple[str, str, str]] = []  # (start|end, instance, thread)
         self.finished: list[str] = []
+        self.done: dict[str, str] = {}  # what run_instances's `done` holds: by instance id
 
     def start(self, inst):
         def run():
@@ -43,6 +44,7 @@ class Recorder:
 
     def finish(self, inst, m, state):
         self.finished.append(m)
+        self.done[inst.id] = m
 
     def most_at_once(self, stage: str) -> int:
         now, most = 0, 0
@@ -62,7 +64,7 @@ def demo():
 def test_side_by_side_runs_each_stage_after_its_inputs_and_trains_two_at_once(demo):
     cfg, insts = demo
     rec = Recorder(cfg)
-    _side_by_side(cfg, insts, 2, rec.start, rec.finish)
+    _side_by_side(cfg, insts, 2, rec.start, rec.finish, rec.done)
     assert sorted(rec.finished) == sorted(i.id for i in insts)  # every instance, once
     order = [iid for kind, iid, _ in rec.events if kind == "start"]
     at = {(kind, iid): n for n, (kind, iid, _) in enumerate(rec.events)}
@@ -83,7 +85,7 @@ def test_a_failed_training_starts_nothing_new_lets_the_running_one_finish_then_r
     cfg, insts = demo
     rec = Recorder(cfg, fail="train:image", seconds=0.3)
     with pytest.raises(RuntimeError, match="train:image broke"):
-        _side_by_side(cfg, insts, 2, rec.start, rec.finish)
+        _side_by_side(cfg, insts, 2, rec.start, rec.finish, rec.done)
     started = {iid for kind, iid, _ in rec.events if kind == "start"}
     assert "train:ntp" in started and "train:ntp" in rec.finished  # running when image failed: finished, kept
     assert "evaluate" not in started and "embed:image" not in started  # nothing new after the failure
@@ -107,7 +109,7 @@ def test_a_stop_request_starts_nothing_new_and_raises_interrupted(demo):
 
     try:
         with pytest.raises(interrupt.Interrupted, match="stopped before"):
-            _side_by_side(cfg, insts, 2, start, rec.finish)
+            _side_by_side(cfg, insts, 2, start, rec.finish, rec.done)
     finally:
         interrupt.clear()
     assert "train:ntp" in rec.finished

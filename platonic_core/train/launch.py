@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,7 @@ from .. import interrupt
 from ..cpus import AUTO, resolve_threads, set_torch_threads
 from ..progress import bar
 from .checkpoint import latest_checkpoint
-from .loop import rank_world, resolve_device, run_train
+from .loop import LOG_EVERY, rank_world, resolve_device, run_train
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -57,19 +57,10 @@ def entry_command(
     return cmd
 
 
-def torchrun_command(
-    recipe: Path,
-    model: str,
-    input_dir: Path,
-    out: Path,
-    nproc: int,
-    checkpoints: Path | None = None,
-    metrics: Path | None = None,
-    overrides: list[str] | None = None,
-    log_every: int = 1,
-) -> list[str]:
-    """The command a stage (or a cluster launcher) runs for `nproc` local processes."""
-    entry = entry_command(recipe, model, input_dir, out, checkpoints, metrics, overrides, log_every)
+def torchrun_command(recipe: Path, model: str, input_dir: Path, out: Path, nproc: int, **options: Any) -> list[str]:
+    """The command a stage (or a cluster launcher) runs for `nproc` local processes: torchrun
+    in front of `entry_command` (`options`: its keyword arguments)."""
+    entry = entry_command(recipe, model, input_dir, out, **options)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *entry[1:]]
 
 
@@ -113,12 +104,11 @@ def train_in_subprocess(
     )
     metrics = state / "metrics.jsonl"
     metrics.unlink(missing_ok=True)  # a resumed run re-logs from its checkpoint's step on
-    every = 10  # as often as an in-process run logs
+    options = {"checkpoints": state, "metrics": metrics, "log_every": LOG_EVERY}  # as often as in-process
     if mcfg.nproc > 1:
-        cmd = torchrun_command(job, model, input_dir, out, mcfg.nproc, state, metrics, log_every=every)
-        what = "torchrun"
+        cmd, what = torchrun_command(job, model, input_dir, out, mcfg.nproc, **options), "torchrun"
     else:
-        cmd, what = entry_command(job, model, input_dir, out, state, metrics, log_every=every), "its process"
+        cmd, what = entry_command(job, model, input_dir, out, **options), "its process"
     log_file = state / "train.log"
     steps = bar(total=mcfg.total_steps, desc=f"train:{model}", unit="step")
 

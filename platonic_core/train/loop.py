@@ -36,6 +36,8 @@ from .checkpoint import latest_checkpoint, load_train_state, save_train_state
 from .data import ImageData, load_text_data, load_train_renders
 from .sampler import StreamSampler, make_sampler
 
+LOG_EVERY = 10  # steps between two metrics lines (MLflow, progress postfix), in-process or relayed
+
 if TYPE_CHECKING:
     from ..config import ModelConfig, OptimConfig
 
@@ -180,7 +182,7 @@ def train_model(
     sampler: Callable[[], dict],
     seed: int,
     on_log: Callable[[int, dict], None] | None = None,
-    log_every: int = 10,
+    log_every: int = LOG_EVERY,
     desc: str = "train",
     show_progress: bool = True,
     on_snapshot: Callable[[int, torch.nn.Module], None] | None = None,
@@ -328,7 +330,7 @@ def run_train(
     desc: str = "train",
     state_dir: Path | None = None,
     show_progress: bool = True,
-    log_every: int = 10,
+    log_every: int = LOG_EVERY,
 ) -> dict:
     """Train one model from its input artifact (views or world); write a safetensors
     checkpoint (rank 0). `state_dir`: resumable training state (see `train_model`)."""
