@@ -4,9 +4,12 @@ A stage is `compute(call) -> (counts, stats)`. It writes its artifact into `call
 sees nothing but what it declares:
 
 - `reads`: config paths hashed into its cache key (`train.models.{model}`: the instance's);
-- `uses`: config paths it may see that are *not* in the key: runtime knobs that leave its
-  bytes unchanged (threads, inference batch sizes, fan-out) or facts its inputs' digests
-  already cover (a model's kind, seen again by the stage that embeds it);
+- `uses`: config paths it may see that are *not* in the key: runtime knobs that leave what
+  its artifact means unchanged (threads, inference batch sizes, fan-out) or facts its inputs'
+  digests already cover (a model's kind, seen again by the stage that embeds it). A knob may
+  still move float bytes: a training at 1 and at 2 torch threads sums in another order and
+  ends in other weights (scores equal within their intervals), so a thread count is fixed
+  per run, never changed while a step runs;
 - `inputs`: the upstream stage instances it reads, by role (`{"data": "views"}`).
 
 `call.cfg` is a `ConfigView`: reading a field outside `reads`/`uses` raises
