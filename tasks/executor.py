@@ -55,6 +55,7 @@ from platonic.core.contract import (
     input_digests,
 )
 from platonic.core.durable import disk_full
+from platonic.core.forkserver import forking_available, trainer_server
 from platonic.core.stages.dag import CACHED_ONLY, FORCE, SKIP, instance_inputs, upstream
 from platonic.core.stages.registry import spec_of
 
@@ -536,6 +537,8 @@ def _side_by_side(
 
     waiting, running = list(todo), {}
     error: BaseException | None = None
+    if forking_available() and any(i.stage == "train" and cfg.train.models[i.model].nproc == 1 for i in todo):
+        trainer_server()  # its imports run now, beside the first stages, not before the first step
     with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="train") as pool:
 
         def collect(block: bool) -> None:

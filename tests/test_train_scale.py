@@ -454,3 +454,56 @@ def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, 
     )
     assert not stale.exists() and live.exists()
     assert [p.name for p in ck.glob("step_*")]
+
+
+def test_a_forked_trainer_trains_the_bytes_of_a_fresh_process(views, tmp_path, monkeypatch):
+    """The fork server (a lone trainer forked from a process that imported torch once) against
+    `python -m platonic.core.train` as a fresh process (`PLATONIC_TRAIN_FORKSERVER=0`): the
+    same summary steps and the same trained bytes; the forked one is the server's child."""
+    from platonic.core import forkserver
+    from platonic.core.config import load_config
+    from platonic.core.train import launch
+
+    mcfg = load_config(views.parent / "recipe.yaml", ["train.models.ntp.steps=12"]).train.models["ntp"]
+    started = []
+    real_start = launch._start
+    monkeypatch.setattr(launch, "_start", lambda *a: started.append(real_start(*a)) or started[-1])
+    outs = {}
+    for fork in ("1", "0"):
+        monkeypatch.setenv("PLATONIC_TRAIN_FORKSERVER", fork)
+        outs[fork] = tmp_path / f"out{fork}"
+        outs[fork].mkdir()
+        launch.train_in_subprocess(3, 1, "ntp", mcfg, views, outs[fork], tmp_path / f"state{fork}", lambda s, m: None)
+    assert isinstance(started[0], forkserver.ForkedTrainer) and isinstance(started[1], subprocess.Popen)
+    assert started[0].returncode == 0 and started[1].returncode == 0
+    assert (outs["1"] / "model.safetensors").read_bytes() == (outs["0"] / "model.safetensors").read_bytes()
+
+
+def test_the_fork_server_reports_a_failure_and_a_signal_as_popen_does(views, tmp_path):
+    """A trainer that fails (a model the recipe lacks) exits 1 with its error in its log; one
+    killed by a signal reads -N; the server ends once its client closes it and its children end."""
+    from platonic.core.forkserver import ForkServer
+
+    server = ForkServer()
+    try:
+        recipe = str(views.parent / "recipe.yaml")
+        common = ["--recipe", recipe, "--input", str(views), "--out", str(tmp_path)]
+        bad = server.run([*common, "--model", "nosuch"], tmp_path / "bad.log", tmp_path / "bad.rc")
+        long = server.run(
+            [*common, "--model", "ntp", "--set", "train.models.ntp.steps=100000"],
+            tmp_path / "long.log",
+            tmp_path / "long.rc",
+        )
+        deadline = time.monotonic() + 60
+        while bad.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert bad.returncode not in (None, 0)
+        assert "nosuch" in (tmp_path / "bad.log").read_text()
+        assert long.poll() is None  # training on
+        long.send_signal(signal.SIGKILL)
+        while long.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert long.returncode == -signal.SIGKILL
+    finally:
+        server.close()
+    assert server._proc.wait(timeout=30) == 0

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from .. import interrupt
 from ..cpus import AUTO, resolve_threads, set_torch_threads
+from ..forkserver import ENTRY, ForkedTrainer, forking_available, trainer_server
 from ..progress import bar
 from .checkpoint import latest_checkpoint
 from .loop import LOG_EVERY, rank_world, resolve_device, run_train
@@ -119,8 +120,8 @@ def train_in_subprocess(
     relayed = False
     # its own session: a terminal's Ctrl-C reaches this process, which relays it (below), not
     # the trainer directly (which would stop wherever it was, saving nothing)
-    with open(log_file, "w") as log, interrupt.polled(), steps:
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with interrupt.polled(), steps:
+        p = _start(cmd, log_file, state / "train.rc")
         done = 0
         while p.poll() is None:
             if interrupt.stop_requested() and not relayed:
@@ -141,6 +142,16 @@ def train_in_subprocess(
     summary = json.loads((out / "summary.json").read_text())
     (out / "summary.json").unlink()  # timings: not part of the content-addressed artifact
     return summary
+
+
+def _start(cmd: list[str], log_file: Path, status: Path) -> subprocess.Popen | ForkedTrainer:
+    """The trainer's process, stdout and stderr to `log_file`, in a session of its own: a lone
+    trainer forked by the fork server (torch and transformers already imported), torchrun (or
+    a lone trainer where forking is off) as a fresh process."""
+    if cmd[1:3] == ENTRY and forking_available():
+        return trainer_server().run(cmd[3:], log_file, status)
+    with open(log_file, "w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _request_stop(signum: int, frame: object) -> None:
