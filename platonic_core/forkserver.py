@@ -14,7 +14,9 @@ holds) and computes nothing: torch's thread pools start in the child, after the 
 `set_torch_threads`, so a forked trainer trains the bytes a fresh process does. It reads one
 JSON request per line on stdin, answers the child's pid, and writes each child's exit status
 (`Popen.returncode`'s convention: -N for signal N) to the request's status file. When the
-caller's end of the pipe closes (its process ended), it waits for its children, then exits.
+caller's end of the pipe closes, it exits once its children have: a flow closes it after its
+trainings end, so a child still running then lost its flow (killed, crashed) and is sent
+SIGTERM, a lone trainer's stop request (it saves its state; a rerun resumes there).
 The client's side imports nothing heavy (this module is outside `platonic.core.train`, whose
 package imports torch): a flow starts the server without paying for what the server imports.
 """
@@ -22,6 +24,7 @@ package imports torch): a flow starts the server without paying for what the ser
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -169,6 +172,10 @@ def serve() -> None:
             chunk = os.read(fd, 1 << 16)
             reading = bool(chunk)
             pending += chunk
+            if not reading:  # the client is gone: a trainer still running has no one to report to
+                for pid in children:  # its stop request: it saves its state at its next step
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 req = json.loads(line)

@@ -481,8 +481,10 @@ def test_a_forked_trainer_trains_the_bytes_of_a_fresh_process(views, tmp_path, m
 
 def test_the_fork_server_reports_a_failure_and_a_signal_as_popen_does(views, tmp_path):
     """A trainer that fails (a model the recipe lacks) exits 1 with its error in its log; one
-    killed by a signal reads -N; the server ends once its client closes it and its children end."""
+    killed by a signal reads -N; when its client goes (the server's stdin ends) a trainer still
+    running is sent SIGTERM: it saves its state and exits 130, and the server then ends."""
     from platonic.core.forkserver import ForkServer
+    from platonic.core.train import latest_checkpoint
 
     server = ForkServer()
     try:
@@ -504,6 +506,22 @@ def test_the_fork_server_reports_a_failure_and_a_signal_as_popen_does(views, tmp
         while long.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert long.returncode == -signal.SIGKILL
+        endless = [*common, "--model", "ntp", "--set", "train.models.ntp.steps=100000"]
+        orphan = server.run(
+            [*endless, "--checkpoints", str(tmp_path / "ck"), "--metrics", str(tmp_path / "m.jsonl")],
+            tmp_path / "orphan.log",
+            tmp_path / "orphan.rc",
+        )
+        metrics = tmp_path / "m.jsonl"  # the child creates it at its first step
+        while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
-        server.close()
-    assert server._proc.wait(timeout=30) == 0
+        server.close()  # as when the flow's process dies: the server's stdin ends
+    try:
+        assert server._proc.wait(timeout=60) == 0
+    finally:
+        if orphan.poll() is None:  # not stopped: end it here, not after the test session
+            orphan.send_signal(signal.SIGKILL)
+    assert orphan.poll() == 130, (tmp_path / "orphan.log").read_text()  # stopped by the server's SIGTERM
+    assert "stopped at step" in (tmp_path / "orphan.log").read_text()
+    assert latest_checkpoint(tmp_path / "ck") is not None  # its state, saved at the stop
