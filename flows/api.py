@@ -25,7 +25,7 @@ from typing import Any
 
 from platonic.core.config import PipelineConfig, load_config, require_trusted
 
-from . import services, store
+from . import runlog, services, store
 
 
 def run(
@@ -72,6 +72,8 @@ def run_config(
     services.tie_temporary_server()  # when no server was found
     from .pipeline import pipeline
 
+    runlog.start(where)  # after Prefect's logging is set up (at its import), before the flow
+
     return pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=list(force) or None)
 
 
@@ -100,4 +102,5 @@ def ablate(
     services.choose_prefect_server(where)
     from .ablate import ablate as ablate_flow
 
+    runlog.start(where)
     return ablate_flow(abl.model_dump(mode="json"), [c.as_dict() for c in cells])

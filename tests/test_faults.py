@@ -195,6 +195,28 @@ def test_a_disk_that_fills_during_ingest_then_grows_reruns_cleanly(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+def test_a_failed_stage_is_one_error_line_on_the_terminal_and_its_traceback_in_the_log(tmp_path):
+    """`platonic run` whose ingest fills a 4 MB disk: the terminal shows Prefect's one-line
+    state changes and one `error:` line that names the full log (no traceback; it was 167
+    lines with 8 tracebacks); the log under the store holds the tracebacks."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        p = platonic_cli("run", str(TINY), "--set", f"out_dir={disk / 'out'}", cwd=tmp_path, env=quiet_env(tmp_path))
+        assert p.returncode == 1, p.stderr[-3000:]
+        assert "Traceback" not in p.stderr and "During handling" not in p.stderr, p.stderr[-3000:]
+        (error,) = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+        assert "no space left on device" in error
+        log = Path(error.split("; full log: ")[1])
+        assert log.parent == disk / "out" / "logs"
+        text = log.read_text()
+        assert "Traceback" in text and "DiskFullError" in text
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
 def _cli_run_reading_stderr(out: Path, sets: list[str]) -> tuple[subprocess.Popen, list[str]]:
     """`_cli_run` with extra `--set`s, its stderr collected line by line (tqdm's carriage
     returns split lines too) by a thread while it runs."""

@@ -9,11 +9,12 @@ import typer
 
 from platonic.core.config import ConfigError
 
-from .. import ctrl_c, services
+from .. import ctrl_c, runlog, services
 
 
 def fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    """One `error:` line (naming the run's full log once a flow has written one) and exit."""
+    typer.echo(f"error: {msg}{runlog.pointer()}", err=True)
     raise typer.Exit(code)
 
 
@@ -55,7 +56,7 @@ def _reported_errors():
             typer.echo(
                 f"error: the Prefect server at {url} stopped answering during the run ({type(e).__name__}: {e}). "
                 "Every stage that finished is cached: rerun the command to finish (with no server up, it starts "
-                "a temporary one).",
+                f"a temporary one){runlog.pointer()}.",
                 err=True,
             )
             services.exit_now(1)
