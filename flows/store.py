@@ -28,7 +28,8 @@ ENV = "PLATONIC_OUT_DIR"
 DEFAULT = ".platonic"
 
 # what a store holds (any one of them): the artifact store, the embedded MLflow store, the
-# flows' outputs, training checkpoints, the project's Prefect server, `platonic stand-ins`
+# flows' outputs, training checkpoints, the project's Prefect server, `platonic stand-ins`,
+# the commands' full logs (flows/runlog.py)
 STORE_ENTRIES = (
     "artifacts",
     "mlflow.db",
@@ -38,6 +39,7 @@ STORE_ENTRIES = (
     "checkpoints",
     "prefect",
     "stand-ins",
+    "logs",
 )
 
 # folders of the system: nothing of a run's belongs at or under them

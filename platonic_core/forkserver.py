@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import os
+import runpy
 import select
 import signal
 import subprocess
@@ -128,13 +130,15 @@ def _child(req: dict) -> int:
     for sig in (signal.SIGTERM, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.argv = [sys.executable, *ENTRY, *req["args"]]
-    from .train.launch import main
-
-    try:
-        return main(req["args"])
-    except SystemExit as e:  # argparse's errors, as the interpreter would exit
-        return e.code if isinstance(e.code, int) else 1
+    sys.argv = [sys.executable, *req["args"]]  # argv[0] becomes the module's path, as under `python -m`
+    try:  # the entry module by name, as `python -m` runs it: the server knows the trainer as a command
+        runpy.run_module(ENTRY[1], run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as e:  # its exit status, or argparse's error, as the interpreter would exit
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
     except BaseException:  # noqa: BLE001 - a trainer's crash: its traceback in its log, exit 1
         traceback.print_exc()
         return 1
@@ -162,7 +166,7 @@ def _write_status(path: Path, code: int) -> None:
 def serve() -> None:
     """Fork a trainer per request line on stdin; reap them; exit when stdin closes and every
     child has ended."""
-    from .train import launch  # noqa: F401 - the point of the server: torch, transformers, the loop, once
+    importlib.import_module(f"{ENTRY[1]}.launch")  # the point of the server: torch, transformers, the loop, once
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # stops reach trainers through the flow, not here
     fd = sys.stdin.fileno()

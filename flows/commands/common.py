@@ -30,6 +30,7 @@ def _reported_errors():
     from platonic.core.data.shard_paths import SourceError
     from platonic.core.durable import disk_full
 
+    runlog.path = None  # a log an earlier command of this process wrote is not this one's
     try:
         with ctrl_c.handled():
             yield
