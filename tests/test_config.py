@@ -205,6 +205,24 @@ def test_a_model_name_too_long_for_mlflow_s_keys_is_refused_at_validation():
     assert max(len(k) for k in keys) <= MLFLOW_KEY_MAX
 
 
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n", "null\n", "---\n"])
+def test_an_empty_recipe_file_is_refused_not_run_as_the_defaults(tmp_path, text):
+    """Issue 43: an empty caption recipe validated (every caption field has a default) and
+    ran the defaults without a word. A recipe file with no keys is refused in one line, for
+    every flow; the packaged defaults stay reachable by name."""
+    from platonic.core.caption.recipe import load_caption
+
+    p = tmp_path / "empty.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_caption(p)
+    msg = str(e.value)
+    assert "\n" not in msg and str(p) in msg and "empty" in msg, msg
+    with pytest.raises(ConfigError, match="empty"):
+        load_config(p)
+    load_caption("caption_tiny")  # a recipe with keys still loads
+
+
 def test_recipe_file_round_trip(tmp_path):
     p = tmp_path / "r.yaml"
     p.write_text(

@@ -233,7 +233,14 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
             raise ConfigError(f"{name}: no such recipe file, and no packaged recipe of that name") from None
     else:
         raise ConfigError(f"{name}: no such recipe file")
-    raw = load_yaml(text, origin) or {}
+    raw = load_yaml(text, origin)
+    if raw is None or raw == {}:
+        # empty, comments only, `{}` or `null`: a caption recipe then validated (every field has
+        # a default) and ran the defaults without a word (issue 43); a mistake, not a choice
+        raise ConfigError(
+            f"{origin}: the recipe is empty (no keys), which would run every default; "
+            "write the keys it sets, or name a packaged recipe (configs/*.yaml)"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
     return raw, origin
