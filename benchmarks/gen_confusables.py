@@ -1,10 +1,11 @@
 """Generate `platonic_core/confusables_table.py`, the contamination audit's look-alike table,
 from Unicode's confusables data as the PyPI package `confusable-homoglyphs` ships it.
 
-    pip install --target /tmp/ch confusable-homoglyphs==3.3.1
-    PYTHONPATH=/tmp/ch python benchmarks/gen_confusables.py
+    pip install confusable-homoglyphs==3.3.1     # in the `test` extra
+    python benchmarks/gen_confusables.py
 
-The package is needed only here: the runtime reads the generated module. Its
+The package is needed only here and in the test that checks the committed table against it
+(tests/test_data.py): the runtime reads the generated module. Its
 `confusables.json` holds, for each character of Unicode's confusables.txt, either its one
 prototype (a source: `{"ɑ": [{"c": "a"}]}`) or the characters that have it as their
 prototype (a prototype: `{"a": [{"c": "⍺"}, ...]}`). The table folds, each rule read off
@@ -101,6 +102,7 @@ def main() -> None:
         '"""',
         "",
         f'SOURCE = "confusable-homoglyphs {version}"',
+        f'UNIDATA_VERSION = "{unicodedata.unidata_version}"  # the marks, and the names the rules read',
         "",
         "# non-ASCII look-alike -> the one ASCII letter or digit it folds to",
         "CONFUSABLES = {",

@@ -7,6 +7,7 @@ confusables.txt (UTS #39; Unicode License). Combining marks: Python's unicodedat
 """
 
 SOURCE = "confusable-homoglyphs 3.3.1"
+UNIDATA_VERSION = "14.0.0"  # the marks, and the names the rules read
 
 # non-ASCII look-alike -> the one ASCII letter or digit it folds to
 CONFUSABLES = {

@@ -139,6 +139,30 @@ def test_look_alikes_fold_as_unicode_s_confusables_data_folds_them():
     assert all(not k.isascii() and len(v) == 1 and v.isascii() and v.isalnum() for k, v in CONFUSABLES.items())
 
 
+def test_the_confusables_table_is_what_its_generator_makes():
+    """platonic_core/confusables_table.py is generated (benchmarks/gen_confusables.py) from the
+    `confusable-homoglyphs` package, which the runtime does not need: where the package is
+    installed, the committed table is the generator's output for that version."""
+    ch = pytest.importorskip("confusable_homoglyphs", reason="pip install confusable-homoglyphs==3.3.1")
+    import importlib.metadata
+    import sys
+    import unicodedata
+    from importlib.resources import files
+
+    from platonic.core import confusables_table as committed
+
+    if f"confusable-homoglyphs {importlib.metadata.version('confusable-homoglyphs')}" != committed.SOURCE:
+        pytest.skip(f"another confusable-homoglyphs than the table's ({committed.SOURCE})")
+    if unicodedata.unidata_version != committed.UNIDATA_VERSION:
+        pytest.skip(f"Unicode {unicodedata.unidata_version}, not the table's {committed.UNIDATA_VERSION}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gen_confusables import mark_ranges, table
+
+    data = json.loads((files(ch.__name__) / "confusables.json").read_text("utf-8"))
+    assert committed.CONFUSABLES == table(data)
+    assert list(committed.MARK_RANGES) == mark_ranges()
+
+
 def test_ascii_keys_are_unchanged_by_the_new_steps():
     import re
 
