@@ -60,6 +60,8 @@ def run_config(
     require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts (or imports MLflow)
     where = store.check(cfg.out_dir)
+    if where.is_dir():  # a read-only store: one line now, not Prefect's traceback at the first write
+        store.require_writable(where, command)
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server(where)  # before anything imports Prefect
     if only:  # its upstream must be cached: say so now, before Prefect or MLflow is imported

@@ -101,6 +101,29 @@ def check(out_dir: str | os.PathLike) -> Path:
     return path
 
 
+def require_writable(path: Path, command: str) -> None:
+    """ConfigError, one line, where a run could not write the existing store `path`: a run
+    records itself there (its MLflow runs, runs/<id>/, the stages' locks) even when every
+    stage is a cache hit, so on a read-only store (a shared results folder) it failed on the
+    first of those writes, after Prefect had started, with a traceback. Said before anything
+    starts, with what does work: the read-only commands, or a run on a writable copy.
+    `command`: the user's command, for the line."""
+    from platonic.core.durable import unwritable
+
+    own_mlflow = not os.environ.get("MLFLOW_TRACKING_URI")
+    paths = [path, path / "runs", path / "artifacts" / ".locks"]
+    paths += [path / "mlflow.db", path / "mlflow.db.lock"] if own_mlflow else []
+    denied = next((why for p in paths if (why := unwritable(p))), None)
+    if denied is None:
+        return
+    raise ConfigError(
+        f"out_dir {path}: the store is read-only here ({denied}); a run records itself in its store "
+        "(MLflow runs, runs/<id>/, stage locks) even when every stage is cached. Read it as it is "
+        f"(platonic lineage RUN_ID --out-dir {path}; results in {path / 'runs'}/<id>/results.json), "
+        f"or run on a writable copy: cp -a {path} COPY && {command} --out-dir COPY"
+    )
+
+
 def is_store(folder: Path) -> bool:
     """Whether `folder` holds a store (anything a run writes at its top)."""
     return any((folder / e).exists() for e in STORE_ENTRIES)

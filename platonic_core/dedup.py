@@ -2,7 +2,7 @@
 
 Levels, each reported separately (a level's counts include the stricter levels' matches):
 - exact: equal after normalisation (`platonic_core/matchnorm.py`: NFKC, invisible characters
-  removed, Cyrillic/Greek look-alikes folded to Latin, case, punctuation, whitespace): one
+  removed, look-alikes folded by Unicode's confusables data, case, punctuation, whitespace): one
   DuckDB hash join over the corpus Parquet (`sql/dedup_exact.sql`), the normaliser as a UDF;
 - near: Jaccard >= `near.threshold` over word-n-gram shingles, found by MinHash LSH
   (`platonic_core/minhash.py`) and verified by the exact Jaccard of each candidate;

@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 from .processes import pid_alive
@@ -83,6 +84,28 @@ def disk_full(exc: BaseException, where: str | Path | None = None, database: str
             return DiskFullError(database or where or "a database")
         if "no space left on device" in text:
             return DiskFullError(where or database or "an unnamed file")
+    return None
+
+
+def unwritable(path: str | Path) -> str | None:
+    """Why this process cannot write `path`, as `PATH: reason`, or None where it can (or
+    where `path` does not exist). A folder: a file is created in it and removed; a file: it
+    is opened for writing, not a byte written. The test is the write itself, not the mode
+    bits: root ignores those, a read-only mount does not."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            fd, tmp = tempfile.mkstemp(dir=p, prefix=".write-test-")
+            os.close(fd)
+            os.unlink(tmp)
+        elif p.is_file():
+            os.close(os.open(p, os.O_WRONLY))
+    except PermissionError as e:
+        return f"{p}: {e.strerror}"
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES):
+            return f"{p}: {e.strerror}"
+        raise
     return None
 
 

@@ -9,8 +9,10 @@ stored text never changes. The steps, in order:
    space / joiner / non-joiner, word joiner, BOM, bidi controls, variation selectors, tags):
    they are invisible, so "cu<U+00AD>be" reads "cube", where punctuation removal alone would
    split it into "cu be";
-3. `confusables`: Cyrillic and Greek letters that look like Latin ones folded to the Latin
-   letter ("a rеd cubе" with Cyrillic е reads "a red cube");
+3. `confusables`: look-alikes of ASCII letters and digits in other scripts folded to them, by
+   Unicode's confusables data ("a rеd cubе" with Cyrillic е, "ɢʀᴇᴇɴ" in small capitals, "ɑ"
+   Latin alpha, Armenian "օ"), and combining marks that compose no letter over an ASCII
+   letter dropped ("c̶ube");
 
 then case folding, punctuation to spaces and whitespace collapsed (the `plain` rules, always
 on). An ASCII text's key is what it was before steps 2 and 3 existed: both only touch
@@ -23,6 +25,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Collection
+
+from .confusables_table import CONFUSABLES, MARK_RANGES
 
 MATCH_STEPS = ("nfkc", "ignorables", "confusables")  # applied in this order
 STEP_NAMES = ("plain", *MATCH_STEPS)  # `plain`: case, punctuation, whitespace only
@@ -52,47 +56,43 @@ DEFAULT_IGNORABLE_RANGES = (
 )
 _IGNORABLE = {cp: None for lo, hi in DEFAULT_IGNORABLE_RANGES for cp in range(lo, hi + 1)}
 
-# Look-alikes of Latin letters in Cyrillic and Greek: a subset of Unicode TS #39's
-# confusables.txt (the idea of a "skeleton"), the letters a homoglyph attack on English text
-# uses. Not the full skeleton algorithm: other scripts, symbols, and precomposed letters with
-# diacritics (ё, ά) are left alone. Upper-case letters map to upper-case Latin (before case
-# folding: Greek Η looks like H, its lower case η like n); the table is applied again after
-# case folding, for lower-case letters that case folding produces (ᾳ -> αι).
-CONFUSABLES = {
-    # Cyrillic
-    "а": "a", "А": "A", "В": "B", "е": "e", "Е": "E", "һ": "h", "Һ": "H", "і": "i", "І": "I",
-    "ј": "j", "Ј": "J", "К": "K", "М": "M", "Н": "H", "о": "o", "О": "O", "р": "p", "Р": "P",
-    "с": "c", "С": "C", "Т": "T", "у": "y", "У": "Y", "х": "x", "Х": "X", "ѕ": "s", "Ѕ": "S",
-    "ԁ": "d", "Ԁ": "D", "ԛ": "q", "Ԛ": "Q", "ԝ": "w", "Ԝ": "W", "ү": "y", "Ү": "Y", "ӏ": "l",
-    "Ӏ": "l",
-    # Greek
-    "Α": "A", "α": "a", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "η": "n", "Ι": "I", "ι": "i",
-    "Κ": "K", "Μ": "M", "Ν": "N", "ν": "v", "Ο": "O", "ο": "o", "Ρ": "P", "ρ": "p", "Τ": "T",
-    "Υ": "Y", "Χ": "X", "ϲ": "c", "Ϲ": "C", "ϳ": "j", "Ϳ": "J",
-    # Latin dotless i
-    "ı": "i",
-}  # fmt: skip
+# Look-alikes: Unicode TS #39's confusables data (the idea of a "skeleton"), generated into
+# confusables_table.py by benchmarks/gen_confusables.py: every non-ASCII character whose
+# prototype is one ASCII letter or digit (Cyrillic е, Greek Ο, Latin alpha ɑ, Armenian օ, ...)
+# and the Latin small capitals (ɢʀᴇᴇɴ), which the data has as prototypes of their own. Not
+# the full skeleton: ASCII characters are never folded (l, I and 1 stay apart), and a letter
+# whose prototype carries a mark (ç -> c̦, η -> n̩) is left alone, as accented letters are.
+# Upper-case letters map to upper-case Latin (before case folding: Greek Η looks like H);
+# the table is applied again after case folding, for the lower-case letters that case
+# folding produces (ᾳ -> αι).
 _CONFUSABLE = str.maketrans(CONFUSABLES)
 
 
-def _fold(table: dict[int, str | None]) -> tuple[re.Pattern, dict[int, str | None]]:
-    """(a character class of the table's keys, the table): `str.translate` looks every
-    character up in the dict, so it runs only on texts the class finds a character in."""
-    cps = sorted(table)
-    ranges, lo = [], cps[0]
-    for a, b in zip(cps, [*cps[1:], None], strict=True):
-        if b != a + 1:
-            ranges.append(re.escape(chr(lo)) + ("-" + re.escape(chr(a)) if a > lo else ""))
-            lo = b
-    return re.compile("[" + "".join(ranges) + "]"), table
-
-
-_FOLD = {  # (remove ignorables, fold confusables) -> (pattern, table)
-    (True, True): _fold(_IGNORABLE | _CONFUSABLE),
-    (True, False): _fold(_IGNORABLE),
-    (False, True): _fold(_CONFUSABLE),
+_TABLES = {  # (remove ignorables, fold confusables) -> the `str.translate` table
+    (True, True): _IGNORABLE | _CONFUSABLE,
+    (True, False): _IGNORABLE,
+    (False, True): _CONFUSABLE,
 }
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+
+
+def _char_class(ranges: Collection[tuple[int, int]]) -> str:
+    return "[" + "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in ranges) + "]"
+
+
+# A combining mark that NFKC left standing on an ASCII letter or digit composes no letter of
+# any language (c + U+0336 strike, x + acute): decoration, dropped by the confusables step so
+# the plain rules do not turn it into a word break. A mark that composes (café) is part of
+# its letter and stays; marks over other letters are left to the plain rules as before.
+_STRAY_MARKS = re.compile("(?<=[0-9A-Za-z])" + _char_class(MARK_RANGES) + "+")
+# `re` tests a class of BMP code points with a bitmap, one with astral ones range by range
+# (40x slower): the cheap test first, the astral one only for a text that has such a character
+_MARK_BMP = re.compile(_char_class([r for r in MARK_RANGES if r[1] <= 0xFFFF]))
+_MARK_ASTRAL = re.compile(_char_class([r for r in MARK_RANGES if r[1] > 0xFFFF]))
+
+
+def _has_mark(t: str) -> bool:
+    return bool(_MARK_BMP.search(t)) or (max(t, default="") > "\uffff" and bool(_MARK_ASTRAL.search(t)))
 
 
 def normalize_text(text: str, steps: Collection[str] = MATCH_STEPS) -> str:
@@ -102,13 +102,16 @@ def normalize_text(text: str, steps: Collection[str] = MATCH_STEPS) -> str:
     t = unicodedata.normalize("NFKC", text) if nfkc else text
     # both tables hold non-ASCII code points only, and most texts are ASCII: skip the lookups
     fold = (False, False) if t.isascii() else ("ignorables" in steps, "confusables" in steps)
-    if fold in _FOLD and _FOLD[fold][0].search(t):
-        t = t.translate(_FOLD[fold][1])
+    # translating is cheaper than searching first with a class of the tables' astral keys
+    if fold in _TABLES and (u := t.translate(_TABLES[fold])) != t:
         # a removed ignorable may have stood between a letter and its combining mark
-        t = unicodedata.normalize("NFKC", t) if nfkc else t
+        t = unicodedata.normalize("NFKC", u) if nfkc else u
+    if fold[1] and _has_mark(t):
+        t = _STRAY_MARKS.sub("", t)
     t = t.casefold()
-    if fold[1] and _FOLD[False, True][0].search(t):
-        t = t.translate(_CONFUSABLE)
+    if fold[1]:
+        # the table may give an upper-case letter (Greek ϒ -> Y); the key is case folded
+        t = t.translate(_CONFUSABLE).casefold()
     return " ".join(_PUNCT.sub(" ", t).split())
 
 

@@ -30,6 +30,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from platonic.core.config import ConfigError
+from platonic.core.durable import unwritable
 from platonic.core.processes import pid_alive
 
 from .run_ids import tracking_uri  # here, where MLflow is not imported: the CLI's checks use it
@@ -111,6 +112,12 @@ def _open_store(uri: str) -> None:
     if not uri.startswith("sqlite:///"):
         return
     db = Path(uri.removeprefix("sqlite:///"))
+    if db.is_file() and any(unwritable(p) for p in (db.parent, f"{db}.lock", db)):
+        # a read-only store (a shared results folder, issue 43): read it as it is. Nothing of
+        # ours can migrate or relocate it, so the lock that orders those has nothing to order;
+        # a write (a run) fails on SQLite's own "readonly database" (`platonic run` refuses first).
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        return
     with FileLock(f"{db}.lock"):
         if db.is_file():
             _finish_interrupted_migration(uri, db)

@@ -311,6 +311,30 @@ def test_homoglyphs_and_invisible_characters_do_not_hide_a_copy(tmp_path):
     assert pq.read_table(out / "matches.parquet").column("eval_text").to_pylist()[0] in captions  # stored as is
 
 
+def test_look_alikes_of_other_scripts_do_not_hide_a_copy_at_the_exact_level(tmp_path):
+    """Issue 43: small capitals and Latin alpha were found at no level, Armenian look-alikes
+    and marks over letters only at the near level. The table comes from Unicode's
+    confusables data (platonic_core/confusables_table.py)."""
+    corpus = ["a green cube left of a red ball", "a small yellow torus", "the blue cone on top", "two dogs in snow"]
+    rows = [{"image_id": f"I{n}", "text_id": f"T{n}", "source_kind": "alt", "text": x} for n, x in enumerate(corpus)]
+    pq.write_table(text_table(rows), tmp_path / "corpus.parquet")
+    captions = [
+        "ᴀ ɢʀᴇᴇɴ ᴄᴜʙᴇ ʟᴇꜰᴛ ᴏꜰ ᴀ ʀᴇᴅ ʙᴀʟʟ",  # Latin small capitals (prototypes themselves)
+        "\u0251 sm\u0251ll yellow torus",  # Latin alpha ɑ
+        "the blue c\u0585ne \u0585n t\u0585p",  # Armenian օ
+        "tw\u0336o do\u0335gs i\u0337n sn\u20ddow",  # marks that compose no letter (they split words)
+    ]
+    (tmp_path / "e.txt").write_text("\n".join(captions) + "\n")
+    evals = eval_table(dict([load_eval_spec(f"captions:{tmp_path / 'e.txt'}")]))
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = AuditConfig(corpus=[str(tmp_path / "corpus.parquet")], eval=["-"])
+    s = audit(cfg.corpus, evals, cfg, out)
+    m = {r["eval_text"]: (r["level"], r["text_id"]) for r in pq.read_table(out / "matches.parquet").to_pylist()}
+    assert [m.get(c) for c in captions] == [("exact", f"T{n}") for n in range(4)]
+    assert s["eval_sets"]["captions:e"]["matches_by_step"]["exact"]["confusables"] == 4
+
+
 # ---- the dedup stage's removal policy --------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ CASES = [
     ("run-set-value", ["run", str(TINY), "--set", "world.seed=abc"], 2, "'world.seed'"),
     ("run-set-model", ["run", str(TINY), "--set", "evaluate.text_models=[zzz]"], 2, "zzz"),
     ("run-image-as-text", ["run", str(TINY), "--set", "evaluate.text_models=[image]"], 2, "'image' is an image_jepa"),
+    ("run-empty-recipe", ["run", "blank.yaml"], 2, "blank.yaml: the recipe is empty (no keys)"),
     ("run-only", ["run", str(TINY), "--only", "nope"], 2, "unknown stage 'nope'"),
     ("run-from", ["run", str(TINY), "--from", "nope"], 2, "unknown stage 'nope'"),
     ("run-force", ["run", str(TINY), "--force", "nope"], 2, "unknown stage 'nope'"),
@@ -98,6 +99,7 @@ def mistakes(tmp_path_factory) -> dict:
     (root / "data.jsonl").write_text('{"image_id": "a", "text": "a cat"}\n')
     (root / "broken.yaml").write_text("world: [unclosed\n")
     (root / "typo.yaml").write_text(TINY.read_text() + "\nseeed: 1\n")
+    (root / "blank.yaml").write_text("# nothing set yet\n")
     (root / "store" / "artifacts").mkdir(parents=True)  # a store (no MLflow database in it)
     env = {k: v for k, v in os.environ.items() if k not in ("PLATONIC_OUT_DIR", "MLFLOW_TRACKING_URI")}
     result = root / "result.json"

@@ -28,6 +28,8 @@ from platonic.core.stages import (
     upstream,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
+
 MODELS = ["image", "good", "ntp", "bad"]  # evaluate.image_model first, then text_models
 
 
@@ -140,6 +142,85 @@ def test_the_image_encoder_is_refused_as_a_text_model():
     msg = str(e.value)
     assert "\n" not in msg and "evaluate.text_models" in msg and "'image'" in msg, msg
     assert "image_jepa" in msg and "text models are: bad, good, ntp" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "recipe,model",
+    [
+        (None, None),
+        ("compare_tiny", "CompareConfig"),
+        ("match_world", "ClassMatchConfig"),
+        ("caption_tiny", "CaptionConfig"),
+        ("table7", "AblationConfig"),
+        ({"corpus": ["c"], "eval": ["e"]}, "AuditConfig"),
+    ],
+    ids=["pipeline", "compare", "match", "caption", "ablation", "audit"],
+)
+def test_an_experiment_name_mlflow_refuses_is_refused_at_validation(recipe, model):
+    """Issue 43: an `experiment` longer than MLflow takes (500 characters) was accepted, and
+    the run failed after Prefect started, at MLflow's create_experiment. Refused in one line
+    when the recipe is read; 500 characters pass; the limit is MLflow's own."""
+    from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH
+
+    import platonic.core.config as config
+
+    def load(sets: list[str]) -> object:
+        cls = model and getattr(config, model)
+        if isinstance(recipe, dict):
+            return config.validate_recipe(recipe, "test", sets, cls)
+        return load_config(recipe and ROOT / "configs" / f"{recipe}.yaml", sets, cls)
+
+    load(["experiment=" + "e" * 500])
+    for bad in ("e" * 501, "''"):
+        with pytest.raises(ConfigError) as e:
+            load([f"experiment={bad}"])
+        msg = str(e.value)
+        assert "\n" not in msg and "experiment" in msg and "MLflow" in msg, msg
+    from platonic.core.config.recipe import MLFLOW_EXPERIMENT_NAME_MAX
+
+    assert MLFLOW_EXPERIMENT_NAME_MAX == MAX_EXPERIMENT_NAME_LENGTH
+
+
+def test_a_model_name_too_long_for_mlflow_s_keys_is_refused_at_validation():
+    """A model name is part of MLflow keys (tags `platonic.reused.train:NAME`, metrics
+    `mutual_knn/NAME`, params `train.models.NAME.optim.final_lr_frac`), which MLflow caps at 250
+    characters; a longer key failed the run at its first log, a longer param key was cut
+    (two names could collide). Names are capped at 64 characters when the recipe is read."""
+    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH
+
+    from platonic.tasks.tracking import REUSED_TAG, flatten
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"train.models={{{'m' * 65}: {{kind: text_jepa}}}}"])
+    msg = str(e.value)
+    assert "\n" not in msg and "model name" in msg and "64" in msg, msg
+    from platonic.core.config.pipeline import MODEL_NAME_MAX
+    from platonic.core.config.recipe import MLFLOW_KEY_MAX
+
+    assert MLFLOW_KEY_MAX == MAX_ENTITY_KEY_LENGTH and MODEL_NAME_MAX == 64
+    long = "m" * MODEL_NAME_MAX
+    models = f"train.models={{{long}: {{kind: text_jepa}}, image: {{kind: image_jepa, views: renders}}}}"
+    cfg = load_config(None, [models, f"evaluate.text_models=[{long}]"])
+    keys = [*flatten(cfg.model_dump(mode="json")), f"{REUSED_TAG}train:{long}", f"mutual_knn/{long}"]
+    assert max(len(k) for k in keys) <= MLFLOW_KEY_MAX
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n", "null\n", "---\n"])
+def test_an_empty_recipe_file_is_refused_not_run_as_the_defaults(tmp_path, text):
+    """Issue 43: an empty caption recipe validated (every caption field has a default) and
+    ran the defaults without a word. A recipe file with no keys is refused in one line, for
+    every flow; the packaged defaults stay reachable by name."""
+    from platonic.core.caption.recipe import load_caption
+
+    p = tmp_path / "empty.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_caption(p)
+    msg = str(e.value)
+    assert "\n" not in msg and str(p) in msg and "empty" in msg, msg
+    with pytest.raises(ConfigError, match="empty"):
+        load_config(p)
+    load_caption("caption_tiny")  # a recipe with keys still loads
 
 
 def test_recipe_file_round_trip(tmp_path):

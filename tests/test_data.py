@@ -111,11 +111,56 @@ def test_normalize_text_removes_invisible_characters_and_folds_look_alikes():
     assert normalize_text("a red cu\u00adbe left of a blue ball") == plain  # soft hyphen: not "cu be"
     assert normalize_text("a red cu\u200bbe le\u200dft of a\ufeff blue ball\ufe0f") == plain  # ZWSP, ZWJ, BOM, VS16
     assert normalize_text("cafe\u00ad\u0301") == normalize_text("café")  # recomposed once the hyphen is gone
-    assert normalize_text("ΗΕΛΛΟ") == "heλλo" and normalize_text("η") == "n"  # upper and lower case look-alikes
+    assert normalize_text("ΗΕΛΛΟ") == "heλλo" and normalize_text("ο") == "o"  # upper and lower case look-alikes
+    # Unicode's prototype of η is n̩ (a letter with a mark), not n: left alone since issue 43
+    assert normalize_text("η") == "η"
     assert normalize_text("\u1fb3") == normalize_text("αι") == "ai"  # folded after case folding too
     # each step can be switched off (the audit's per-step counts): `()` is case/punctuation only
     assert normalize_text("cu\u00adbe", ()) == "cu be" and normalize_text("ｒｅｄ", ()) == "ｒｅｄ"
     assert normalize_text("r\u0435d", ("nfkc", "ignorables")) == "r\u0435d"
+
+
+def test_look_alikes_fold_as_unicode_s_confusables_data_folds_them():
+    from platonic.core.confusables_table import CONFUSABLES
+
+    assert normalize_text("ɢʀᴇᴇɴ ᴄᴜʙᴇ") == "green cube"  # small capitals, by name
+    assert normalize_text("\u0251 red cube") == "a red cube"  # Latin alpha
+    assert normalize_text("\u0585\u057d\u0581") == "oug"  # Armenian օ ս ց
+    assert normalize_text("\u0501\u050d") == "dg"  # Cyrillic ԁ, and ԍ whose prototype is the small capital ɢ
+    assert normalize_text("\u0399\u0406\u0661\u07c0") == "ii10"  # the l/I/1 and O/0 classes: by category
+    # a mark that composes a letter stays (café is not cafe); one that composes none is dropped
+    assert normalize_text("cafe\u0301") == normalize_text("café") == "café"
+    assert normalize_text("c\u0336u\u0335b\u0337e\u20dd x\u0301") == "cube x"
+    assert normalize_text("c\u0336ube", ("nfkc", "ignorables")) == "c ube"  # the confusables step drops it
+    t = "\u0915\u093f \u00e9\u0301"  # marks over other letters: the step leaves them to the plain rules
+    assert normalize_text(t) == normalize_text(t, ("nfkc", "ignorables"))
+    # the table holds non-ASCII keys only, each folded to one ASCII letter or digit
+    assert len(CONFUSABLES) > 1300
+    assert all(not k.isascii() and len(v) == 1 and v.isascii() and v.isalnum() for k, v in CONFUSABLES.items())
+
+
+def test_the_confusables_table_is_what_its_generator_makes():
+    """platonic_core/confusables_table.py is generated (benchmarks/gen_confusables.py) from the
+    `confusable-homoglyphs` package, which the runtime does not need: where the package is
+    installed, the committed table is the generator's output for that version."""
+    ch = pytest.importorskip("confusable_homoglyphs", reason="pip install confusable-homoglyphs==3.3.1")
+    import importlib.metadata
+    import sys
+    import unicodedata
+    from importlib.resources import files
+
+    from platonic.core import confusables_table as committed
+
+    if f"confusable-homoglyphs {importlib.metadata.version('confusable-homoglyphs')}" != committed.SOURCE:
+        pytest.skip(f"another confusable-homoglyphs than the table's ({committed.SOURCE})")
+    if unicodedata.unidata_version != committed.UNIDATA_VERSION:
+        pytest.skip(f"Unicode {unicodedata.unidata_version}, not the table's {committed.UNIDATA_VERSION}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gen_confusables import mark_ranges, table
+
+    data = json.loads((files(ch.__name__) / "confusables.json").read_text("utf-8"))
+    assert committed.CONFUSABLES == table(data)
+    assert list(committed.MARK_RANGES) == mark_ranges()
 
 
 def test_ascii_keys_are_unchanged_by_the_new_steps():

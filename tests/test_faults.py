@@ -365,6 +365,60 @@ def test_sigterm_during_training_stops_the_run_like_ctrl_c_and_exits_143(prefect
     assert "train:good" in executed(again)
 
 
+def _read_only_prefix(folder: Path) -> list[str]:
+    """What runs a child that cannot write `folder` once its write bits are gone: nothing for
+    a user; for root (who ignores mode bits) `setpriv` without CAP_DAC_OVERRIDE, so root's
+    children obey them as a user's do. Skips where that cannot be had."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: cannot make a folder read-only to a child")
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    if subprocess.run([*prefix, "sh", "-c", f'test -w "{folder}"']).returncode == 0:
+        pytest.skip("setpriv could not drop CAP_DAC_OVERRIDE here")
+    return prefix
+
+
+def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_line(tiny_copy, tmp_path):
+    """Issue 43: a shared results folder, read-only, every stage cached. `platonic run` (every
+    stage a hit, or --only evaluate) failed at `mlflow.db.lock` with Prefect's traceback, and
+    `platonic lineage` with a traceback too. Reading works (the MLflow store opens for reading
+    without its lock); a run, which records itself in the store, is refused before anything
+    starts: one `error:` line saying what to do, exit 2; nothing in the store changes."""
+    out = tiny_copy(tmp_path / "out")
+    run_id = next((out / "runs").iterdir()).name
+
+    def listing() -> dict[str, tuple[int, int]]:
+        return {str(f.relative_to(out)): (f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(out.rglob("*"))}
+
+    before = listing()
+    for f in [out, *out.rglob("*")]:
+        f.chmod(f.stat().st_mode & ~0o222)
+    try:
+        prefix = _read_only_prefix(out)
+        env = quiet_env(tmp_path)
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            cmd = [*prefix, sys.executable, "-m", "platonic.flows.cli", *args]
+            return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+        for extra in ([], ["--only", "evaluate"]):
+            p = cli("run", str(TINY), *extra, "--set", f"out_dir={out}")
+            lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+            assert p.returncode == 2, p.stderr
+            assert len(lines) == 1 and lines[0].startswith(f"error: out_dir {out}: the store is read-only"), p.stderr
+            assert "cp -a" in lines[0] and "platonic lineage" in lines[0], lines[0]
+            assert p.stdout == ""
+            assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no Prefect server started
+        p = cli("lineage", run_id, "--out-dir", str(out))
+        assert p.returncode == 0, p.stderr
+        assert "evaluate  run" in p.stdout and "train:good  run" in p.stdout, p.stdout
+        assert listing() == before
+    finally:
+        for f in [out, *out.rglob("*")]:
+            f.chmod(f.stat().st_mode | 0o200)
+
+
 def test_only_over_a_corrupt_cached_artifact_is_one_line_naming_it_and_the_fix(tiny_copy, tmp_path):
     """Issue 43: `--only evaluate` over a corrupt cached `model.safetensors` printed 110 lines
     of Prefect traceback before its error line, exit 1. The cache is verified before anything

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from .pipeline import TextKind
-from .recipe import Section, Seed
+from .recipe import ExperimentName, Section, Seed
 
 
 class AblationRow(Section):
@@ -78,7 +78,7 @@ class ScalingConfig(Section):
 
 class AblationConfig(Section):
     name: str = "table7"
-    experiment: str = "table7"
+    experiment: ExperimentName = "table7"
     base: str = "demo"  # a pipeline recipe: a path, or the name of a packaged one
     set: list[str] = []  # overrides applied to the base in every cell
     quick: list[str] = []  # more overrides, applied with --quick

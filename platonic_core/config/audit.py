@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .pipeline import MatchConfig
+from .recipe import ExperimentName
 
 
 class AuditConfig(MatchConfig):
@@ -12,6 +13,6 @@ class AuditConfig(MatchConfig):
 
     name: str = "audit"
     out_dir: str = ".platonic"
-    experiment: str = "platonic-audit"
+    experiment: ExperimentName = "platonic-audit"
     corpus: list[str]
     eval: list[str]

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .compare import EvalSetConfig, FeatureModelConfig
-from .recipe import Section, Seed, Threads
+from .recipe import ExperimentName, Section, Seed, Threads
 
 
 class CaptionEncoderConfig(FeatureModelConfig):
@@ -170,7 +170,7 @@ class CaptionConfig(Section):
 
     name: str = "caption"
     out_dir: str = ".platonic"
-    experiment: str = "caption"
+    experiment: ExperimentName = "caption"
     base: str | None = "demo"  # a pipeline recipe (path or packaged name); null: no pipeline
     set: list[str] = []  # overrides of the base recipe
     threads: Threads = 1  # torch intra-op threads (not in any cache key)

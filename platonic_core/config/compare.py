@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .recipe import Section
+from .recipe import ExperimentName, Section
 
 
 class EvalSetConfig(Section):
@@ -47,7 +47,7 @@ class RetrievalConfig(Section):
 class CompareConfig(Section):
     name: str = "compare"
     out_dir: str = ".platonic"
-    experiment: str = "platonic-compare"
+    experiment: ExperimentName = "platonic-compare"
     eval_sets: dict[str, EvalSetConfig]
     text_models: dict[str, FeatureModelConfig]
     vision_models: dict[str, FeatureModelConfig]

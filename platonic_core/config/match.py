@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .recipe import Section, Seed, Threads
+from .recipe import ExperimentName, Section, Seed, Threads
 
 
 class MatchDataConfig(Section):
@@ -108,7 +108,7 @@ class MatchSolverConfig(Section):
 class ClassMatchConfig(Section):
     name: str = "match"
     out_dir: str = ".platonic"
-    experiment: str = "platonic-match"
+    experiment: ExperimentName = "platonic-match"
     # world sources: the pipeline recipe (path or packaged name) whose world and trained
     # models are matched, with overrides; its stages run in this flow, cache hits when the
     # recipe already ran (its out_dir becomes this recipe's)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .recipe import Section, Seed, Threads
+from .recipe import MLFLOW_KEY_MAX, ExperimentName, Section, Seed, Threads
 
 PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")  # what positives.vllm_python may be called
 
@@ -524,6 +524,12 @@ class ModelConfig(Section):
         return self
 
 
+# a model name is part of MLflow keys: tags `platonic.reused.train:NAME`, metrics
+# `mutual_knn/NAME`, params `train.models.NAME.optim.final_lr_frac` (the longest, 33 more
+# characters); MLflow refuses a key over MLFLOW_KEY_MAX and our params were cut to it
+MODEL_NAME_MAX = 64
+
+
 class TrainConfig(Section):
     threads: Threads = "auto"
     # trainings at once: above 1, each train instance runs in a process of its own (the
@@ -538,6 +544,11 @@ class TrainConfig(Section):
         for name in self.models:
             if not name.isidentifier():
                 raise ValueError(f"model name {name!r} must be an identifier")
+            if len(name) > MODEL_NAME_MAX:
+                raise ValueError(
+                    f"model name {name[:20]}... has {len(name)} characters; at most {MODEL_NAME_MAX} "
+                    f"(it is part of MLflow keys, which take {MLFLOW_KEY_MAX})"
+                )
             if name == "ceiling":  # the evaluate stage's input role for the world's oracles
                 raise ValueError("model name 'ceiling' is reserved (the oracle scores evaluate reads)")
         return self
@@ -631,7 +642,7 @@ class PipelineConfig(Section):
     name: str = "demo"
     seed: Seed = 0
     out_dir: str = ".platonic"
-    experiment: str = "platonic"
+    experiment: ExperimentName = "platonic"
     world: WorldConfig = WorldConfig()
     ingest: IngestConfig = IngestConfig()
     positives: PositivesConfig = PositivesConfig()

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from ..resources import read_resource
 
@@ -47,6 +55,23 @@ class Section(BaseModel):
 # random_state take 0 .. 2**32 - 1 (the code adds offsets only inside SeedSequences and
 # torch generators, which take far more)
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
+# MLflow's own limits (mlflow.utils.validation: MAX_EXPERIMENT_NAME_LENGTH and
+# MAX_ENTITY_KEY_LENGTH, for param, metric and tag keys), written here so that validating a
+# recipe imports no MLflow; tests/test_config.py checks them against MLflow's. A recipe value
+# past them was accepted, and the run failed at its first MLflow call, after Prefect started.
+MLFLOW_EXPERIMENT_NAME_MAX = 500
+MLFLOW_KEY_MAX = 250
+
+
+def _experiment_name(v: str) -> str:
+    if not 1 <= len(v) <= MLFLOW_EXPERIMENT_NAME_MAX:
+        raise ValueError(f"an MLflow experiment name takes 1 to {MLFLOW_EXPERIMENT_NAME_MAX} characters, not {len(v)}")
+    return v
+
+
+ExperimentName = Annotated[str, AfterValidator(_experiment_name)]
 
 
 # torch intra-op threads: a count, or `auto` (the CPUs this process may use: affinity mask and
@@ -208,7 +233,14 @@ def read_recipe(path: str | Path | None, relative_to: Path | None = None) -> tup
             raise ConfigError(f"{name}: no such recipe file, and no packaged recipe of that name") from None
     else:
         raise ConfigError(f"{name}: no such recipe file")
-    raw = load_yaml(text, origin) or {}
+    raw = load_yaml(text, origin)
+    if raw is None or raw == {}:
+        # empty, comments only, `{}` or `null`: a caption recipe then validated (every field has
+        # a default) and ran the defaults without a word (issue 43); a mistake, not a choice
+        raise ConfigError(
+            f"{origin}: the recipe is empty (no keys), which would run every default; "
+            "write the keys it sets, or name a packaged recipe (configs/*.yaml)"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: a recipe is a mapping of sections")
     return raw, origin

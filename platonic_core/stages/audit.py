@@ -32,7 +32,7 @@ def audit(call: StageCall):
 AUDIT_SPECS: dict[str, StageSpec] = {
     "audit": StageSpec(
         "audit",
-        2,  # 2: invisible characters removed and look-alikes folded for matching; per-step counts
+        3,  # 3: look-alikes from Unicode's confusables data (issue 43); 2: invisible characters, per-step counts
         ("levels", "near", "embed"),
         ("eval.parquet", "matches.parquet", "summary.json", "summary.md"),
         audit,

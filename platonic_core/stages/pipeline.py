@@ -439,7 +439,7 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "dedup",
-            3,  # 3: invisible characters removed and look-alikes folded for matching; per-step counts
+            4,  # 4: look-alikes from Unicode's confusables data (issue 43); 3: invisible characters, per-step counts
             ("dedup",),
             (
                 "texts.parquet",
