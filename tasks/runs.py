@@ -73,6 +73,11 @@ def parent_run(
     }
     if commit := tracking.git_commit():
         tags[tracking.GIT_COMMIT_TAG] = commit
+    # the Source (and Version) columns of MLflow's runs table, on the parent and every run under it
+    shared = tracking.source_tags(tags.get(tracking.FLOW_TAG, name))
+    if tracking.GIT_COMMIT_TAG in tags:
+        shared[tracking.GIT_COMMIT_TAG] = tags[tracking.GIT_COMMIT_TAG]
+    tags = {**shared, **tags}
     # the flow run's name (recipe_run_name) when in a flow: Prefect and MLflow name it alike
     run_name = runtime.flow_run.name or stamped(name)
     run_id = c.create_run(exp, run_name=run_name, tags=tags).info.run_id
@@ -80,7 +85,7 @@ def parent_run(
         tracking.log_text(c, run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
         if params:
             tracking.log_params(c, run_id, tracking.flatten(params))
-        yield RunContext(out, exp, run_id, tracking.tracking_uri(out))
+        yield RunContext(out, exp, run_id, tracking.tracking_uri(out), run_tags=shared)
         c.set_terminated(run_id, "FINISHED")
     except BaseException as e:
         full = disk_full(e, where=out, database=tracking.tracking_uri(out))

@@ -58,6 +58,10 @@ REUSED_TAG = "platonic.reused."
 MODEL_TAG = "model"
 TRAIN_RUN_TAG = "platonic.train_run"  # an evaluation run: the train run of its model
 MODEL_ID_TAG = "platonic.model_id"  # an evaluation run: the logged model it scores
+# MLflow's runs table reads its Source column from these two tags (the fluent API sets them
+# from the script; runs created through a client have neither, and the column was empty)
+SOURCE_NAME_TAG = "mlflow.source.name"
+SOURCE_TYPE_TAG = "mlflow.source.type"
 # the process that owns a run while it is RUNNING: a later run on the same host marks the
 # run KILLED once that process is gone (a crash or kill -9 never closes its runs)
 HOST_TAG = "platonic.host"
@@ -295,6 +299,13 @@ def log_text(c: MlflowClient, run_id: str, text: str, artifact_file: str) -> Non
         c.log_artifact(run_id, str(p), sub)
 
 
+def source_tags(flow: str) -> dict[str, str]:
+    """The Source column of MLflow's runs table: the command that made the run
+    (`platonic pipeline`). The UI shows a LOCAL source's name after its last `/`, so the
+    name holds none (a script's path would show only its file name)."""
+    return {SOURCE_NAME_TAG: f"platonic {flow}".replace("/", " "), SOURCE_TYPE_TAG: "LOCAL"}
+
+
 def owner_tags() -> dict[str, str]:
     """Tags naming this process as a run's owner (HOST_TAG, PID_TAG, PID_START_TAG)."""
     tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
@@ -487,6 +498,7 @@ def log_model_evaluations(
     scores: dict[str, dict[str, Any]],
     train_runs: dict[str, str | None],
     datasets: dict[str, tuple[str, Any]],
+    run_tags: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """One evaluation run per model, nested under the evaluate stage run, all with one schema:
     tag `model`, params `model.*` (from the model's train run) + the evaluation's, metrics
@@ -494,7 +506,7 @@ def log_model_evaluations(
     ... and `mutual_knn_per_layer` (step = text layer). Each metric is linked to the model's
     logged model (`model_id`) and to the features it was measured on (`datasets`: model ->
     (input name, its manifest), also the run's dataset input); the logged model is the run's
-    model input. Returns model -> run id."""
+    model input. `run_tags`: tags every run of the flow carries (its Source). Returns model -> run id."""
     from mlflow.entities import LoggedModelInput
 
     runs = {}
@@ -504,6 +516,7 @@ def log_model_evaluations(
         model_id = trained_model_id(train) if train else None
         links = f"Model `{m}`: train run {run_link(experiment_id, train_run)}" if train_run else f"Model `{m}`"
         tags = {
+            **(run_tags or {}),
             PARENT_TAG: evaluate_run_id,
             MODEL_TAG: m,
             NOTE_TAG: f"{links}; evaluate run {run_link(experiment_id, evaluate_run_id)}.",
