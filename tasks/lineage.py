@@ -66,7 +66,8 @@ def trace(run_id: str, out_dir: str) -> dict:
         # a per-model evaluation run (`evaluate:good`, the one a model card cites): its numbers
         # are its evaluate stage run's, so that run is its one upstream
         node = _node(c, run_id)
-        node["stage"] = run.info.run_name or f"evaluate:{run.data.tags.get(tracking.MODEL_TAG, '?')}"
+        # by its model, not its name: a different evaluation's name says how it differs
+        node["stage"] = f"evaluate:{run.data.tags.get(tracking.MODEL_TAG, '?')}"
         del node["upstream_runs"]
         return {**node, "upstream": [trace(scored, out_dir)]}
     if tracking.STAGE_TAG not in run.data.tags:

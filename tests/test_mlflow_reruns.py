@@ -6,12 +6,14 @@ session's tiny store (tiny_copy), never in the shared one."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from platonic.core.config import load_config
+from platonic.tasks.tracking import client
 
 pytestmark = pytest.mark.e2e
 
@@ -38,6 +40,54 @@ def model_page(c: MlflowClient, model_id: str) -> list[tuple[str, str]]:
     """The logged model's metrics as its page lists them: (metric, the run's name), evaluations only."""
     logged = c.get_logged_model(model_id)
     return [(m.key, c.get_run(m.run_id).info.run_name) for m in logged.metrics if m.run_id != logged.source_run_id]
+
+
+def test_an_identical_re_evaluation_adds_nothing_to_the_model_page(tiny_run, tiny_copy, tmp_path):
+    """`--force evaluate` with nothing changed: each model's page still lists each evaluation
+    metric once (it listed them twice, both from `evaluate:good`), and the per-layer curve is
+    not among them (one unlabeled row per layer); the rerun's run keeps its numbers, its
+    per-layer curve at step = layer, and names the run whose metrics the page shows."""
+    out = tiny_copy(tmp_path / "out")
+    _, first = tiny_run
+    c = client(out)
+    before = evaluation_runs(c, first)
+    again = run_flow(out, force=["evaluate"])
+    assert again["evaluate_run_id"] != first["evaluate_run_id"]  # it did run again
+    after = evaluation_runs(c, again)
+    for name in MODELS:
+        model_id = before[name].data.tags["platonic.model_id"]
+        page = model_page(c, model_id)
+        counts = Counter(key for key, _ in page)
+        assert counts["mutual_knn"] == 1 and set(counts.values()) == {1}, counts
+        assert "mutual_knn_per_layer" not in counts
+        linked = {m.key: m.run_id for m in c.get_logged_model(model_id).metrics if m.key == "mutual_knn"}
+        assert linked["mutual_knn"] == before[name].info.run_id
+        rerun = after[name]
+        assert rerun.data.tags["platonic.model_metrics_run"] == before[name].info.run_id
+        assert rerun.data.metrics["mutual_knn"] == pytest.approx(first["models"][name]["mutual_knn"])
+        history = sorted(c.get_metric_history(rerun.info.run_id, "mutual_knn_per_layer"), key=lambda m: m.step)
+        assert [m.step for m in history] == list(range(len(first["models"][name]["per_layer_best"])))
+
+
+def test_a_different_evaluation_is_on_the_model_page_named_by_what_differs(tiny_run, tiny_copy, tmp_path):
+    """evaluate.k changed: a second evaluation of the same logged models, linked to them,
+    and the page tells the two apart by their runs' names (both were `evaluate:good`)."""
+    out = tiny_copy(tmp_path / "out")
+    _, first = tiny_run
+    c = client(out)
+    before = evaluation_runs(c, first)
+    again = run_flow(out, ["evaluate.k=3"])
+    after = evaluation_runs(c, again)
+    for name in MODELS:
+        model_id = before[name].data.tags["platonic.model_id"]
+        shown = sorted(run for key, run in model_page(c, model_id) if key == "mutual_knn")
+        assert shown == [f"evaluate:{name}", f"evaluate:{name} evaluate.k=3"]
+        assert "platonic.model_metrics_run" not in after[name].data.tags
+        assert after[name].data.params["evaluate.k"] == "3"
+    # lineage still names the stage by its model
+    from platonic.tasks.lineage import trace
+
+    assert trace(after["good"].info.run_id, str(out))["stage"] == "evaluate:good"
 
 
 def test_every_run_names_its_source(tiny_run):
