@@ -96,6 +96,35 @@ def parent_run(
         raise
 
 
+def name_by_what_ran(ctx: RunContext, instances: list[str], only: str | None = None) -> str:
+    """Rename a flow's parent run after what it ran, once it has: a full run keeps its name
+    (`demo-20261206-201500`); a rerun says what it was (`... (only evaluate)`, `... (all 14
+    stages cached)`, `... (ran evaluate; 13 cached)`), so the runs table tells it from a full
+    run. `instances`: the stage instances the run took part in (ran or took from the cache);
+    the parent's `platonic.reused.*` tags name the cached ones, whichever worker ran them.
+    Returns the name."""
+    c = ctx.client
+    run = c.get_run(ctx.parent_run_id)
+    reused = {
+        k.removeprefix(tracking.REUSED_TAG).replace("/", "@")
+        for k in run.data.tags
+        if k.startswith(tracking.REUSED_TAG)
+    }
+    ran = [i for i in instances if i not in reused]
+    cached = len(instances) - len(ran)
+    if only:
+        what = f"only {only}"
+    elif not ran:
+        what = f"all {cached} stages cached"
+    elif cached:
+        what = f"ran {', '.join(ran) if len(ran) <= 3 else f'{len(ran)} stages'}; {cached} cached"
+    else:
+        return run.info.run_name
+    name = f"{run.info.run_name} ({what})"[:250]
+    c.update_run(ctx.parent_run_id, name=name)
+    return name
+
+
 def publish(ctx: RunContext, results: dict[str, Any], files: dict[str, Path]) -> Path:
     """A flow's outputs: `files` (name -> source) copied into OUT_DIR/runs/<parent run>/
     beside results.json, and each logged to the parent run. Returns that folder."""

@@ -6,6 +6,7 @@ session's tiny store (tiny_copy), never in the shared one."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -88,6 +89,20 @@ def test_a_different_evaluation_is_on_the_model_page_named_by_what_differs(tiny_
     from platonic.tasks.lineage import trace
 
     assert trace(after["good"].info.run_id, str(out))["stage"] == "evaluate:good"
+
+
+def test_a_rerun_parent_says_what_it_ran(tiny_run, tiny_copy, tmp_path):
+    """A full run's parent is named after its recipe and time; an all-cached rerun and an
+    `--only` rerun say so in their names (they were named like a full run)."""
+    out = tiny_copy(tmp_path / "out")
+    _, first = tiny_run
+    c = client(out)
+    full = c.get_run(first["run_id"]).info.run_name
+    assert re.fullmatch(r"tiny-\d{8}-\d{6}", full)
+    cached = c.get_run(run_flow(out)["run_id"]).info.run_name
+    assert re.fullmatch(rf"tiny-\d{{8}}-\d{{6}} \(all {len(first['stages'])} stages cached\)", cached)
+    only = c.get_run(run_flow(out, only="evaluate")["run_id"]).info.run_name
+    assert re.fullmatch(r"tiny-\d{8}-\d{6} \(only evaluate\)", only)
 
 
 def test_every_run_names_its_source(tiny_run):
