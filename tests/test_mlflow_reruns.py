@@ -6,6 +6,7 @@ session's tiny store (tiny_copy), never in the shared one."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -119,3 +120,47 @@ def test_every_run_names_its_source(tiny_run):
         assert tags.get("mlflow.source.git.commit") == c.get_run(res["run_id"]).data.tags.get(
             "mlflow.source.git.commit"
         )
+
+
+def test_the_logged_model_says_its_license_and_training_data(tiny_run, tmp_path, monkeypatch):
+    """LICENSE.txt in the logged model is not MLflow's placeholder ("could not be found for the
+    '' repository"): it says no license is declared. The card's header names the license
+    (other, linked to that file) and the training data; a from-scratch model has no base_model.
+    The card's code loads the folder it names (it said "DIR")."""
+    import mlflow
+
+    _, res = tiny_run
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", res["tracking_uri"])
+    local = Path(mlflow.artifacts.download_artifacts("models:/tiny-good/1", dst_path=tmp_path / "m"))
+    text = (local / "LICENSE.txt").read_text()
+    assert "No license is declared" in text and "could not be found" not in text
+    card = (local / "README.md").read_text()
+    header = card.split("---\n")[1]
+    assert "license: other" in header and "license_link: LICENSE.txt" in header
+    assert "datasets:\n- synthetic-world-seed0" in header and "base_model" not in header
+    assert '"DIR"' not in card and 'folder = "path/to/model"  # replace' in card
+    assert 'mlflow.pyfunc.load_model("models:/tiny-good/' in card
+    info = json.loads((local / "platonic.json").read_text())
+    assert info["datasets"] == ["synthetic-world-seed0"]
+
+
+def test_the_exported_cards_code_runs_as_printed(tiny_run, tmp_path):
+    """The export's card: its Python block, run as printed, loads the exported folder and gives
+    one vector per text at the evaluation's layer."""
+    import numpy as np
+
+    from platonic.core.export import export_pretrained
+    from platonic.tasks.lineage import export_provenance, train_artifact
+
+    out, res = tiny_run
+    run_id = res["models"]["good"]["train_run_id"]
+    folder, mcfg = train_artifact(run_id, str(out))
+    dest = tmp_path / "hf"
+    export_pretrained(folder, mcfg, dest, export_provenance(run_id, str(out)))
+    card = (dest / "README.md").read_text()
+    assert (dest / "LICENSE.txt").read_text().startswith("No license is declared")
+    (code,) = re.findall(r"```python\n(.*?)```", card, re.S)
+    scope: dict = {}
+    exec(code, scope)  # noqa: S102 - the card's own example, as a user would paste it
+    assert scope["layer"] == res["models"]["good"]["layer_a"]
+    assert np.asarray(scope["features"]).shape == (1, scope["model"].config.hidden_size)
