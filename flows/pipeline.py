@@ -9,6 +9,7 @@ This module opens the MLflow parent run, runs the plan, and publishes results.js
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -99,7 +100,8 @@ def pipeline(
         ) as ctx,
     ):
         results = collect_results(cfg, run_instances(cfg, instances(cfg), modes, ctx), ctx)
-        name_by_what_ran(ctx, [i for i, mode in modes.items() if mode != SKIP], only)
+        with contextlib.suppress(Exception):  # a finished run's results stand even if renaming it fails
+            name_by_what_ran(ctx, [i for i, mode in modes.items() if mode != SKIP], only)
         return results
 
 
