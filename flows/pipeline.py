@@ -9,6 +9,7 @@ This module opens the MLflow parent run, runs the plan, and publishes results.js
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -25,11 +26,11 @@ from platonic.core.config import (
     load_config,
     stable_hash,
 )
-from platonic.core.stages.dag import plan, require_cached
+from platonic.core.stages.dag import SKIP, plan, require_cached
 from platonic.core.stages.pipeline import instances
 from platonic.tasks import tracking
 from platonic.tasks.executor import RunContext, run_instances
-from platonic.tasks.runs import parent_run, publish, recipe_run_name, run_header
+from platonic.tasks.runs import name_by_what_ran, parent_run, publish, recipe_run_name, run_header
 
 from . import ctrl_c, services, store
 
@@ -98,7 +99,10 @@ def pipeline(
             params=plain,
         ) as ctx,
     ):
-        return collect_results(cfg, run_instances(cfg, instances(cfg), modes, ctx), ctx)
+        results = collect_results(cfg, run_instances(cfg, instances(cfg), modes, ctx), ctx)
+        with contextlib.suppress(Exception):  # a finished run's results stand even if renaming it fails
+            name_by_what_ran(ctx, [i for i, mode in modes.items() if mode != SKIP], only)
+        return results
 
 
 @flow(name="stage", flow_run_name=recipe_run_name, log_prints=True)

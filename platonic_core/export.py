@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 # the hub ids of the packaged weights a post-training run starts from (`init:`, match/features.py's PACKAGED)
 HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2", "gemma-3-270m": "google/gemma-3-270m"}
+# their licenses as the hub names them (their model cards' `license:`)
+BASE_LICENSES = {"sentence-transformers/all-MiniLM-L6-v2": "apache-2.0", "google/gemma-3-270m": "gemma"}
+LICENSE_FILE = "LICENSE.txt"  # the name mlflow.transformers gives its license file: ours replaces its placeholder
 
 
 def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
@@ -139,14 +142,37 @@ def export_pretrained(
     tok.save_pretrained(dest)
     write_extras(dest, info, tensors)
     write_sentence_transformers(dest, net.config.hidden_size, tok.model_max_length)
-    (dest / "README.md").write_text(model_card(info))
+    (dest / LICENSE_FILE).write_text(license_text(info))
+    (dest / "README.md").write_text(model_card(info, folder=dest.resolve()))
     return info
 
 
-def model_card(info: dict[str, Any]) -> str:
+def license_text(info: dict[str, Any]) -> str:
+    """LICENSE.txt: what is known of the weights' terms. platonic declares no license (its
+    pyproject.toml has no `license` field, its repository no LICENSE file), so the file says
+    so instead of naming one; weights post-trained from a hub model keep that model's terms."""
+    lines = [
+        "No license is declared for these weights.",
+        "",
+        "They were trained by platonic (Proving and Improving the Platonic Representation Hypothesis with",
+        "JEPAs), which declares no license: its pyproject.toml has no `license` field and its repository",
+        "holds no LICENSE file. No terms are granted here; ask the authors before reusing the weights.",
+    ]
+    if base := info.get("base_model"):
+        lines += [
+            "",
+            f"They were post-trained from {base} (https://huggingface.co/{base}), whose license",
+            f"({BASE_LICENSES.get(base, 'see its model card')}) applies to what they keep of it.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def model_card(info: dict[str, Any], folder: Path | None = None) -> str:
     """A Hugging Face model card: the YAML header the hub reads (library, pipeline tag,
-    tags), then how to load and pool the encoder, its scores beside their references, and
-    where it came from."""
+    tags, license, base model, training data), then how to load and pool the encoder, its
+    scores beside their references, and where it came from. `folder`: where the card is
+    written (the code then loads that folder as printed); without it the code names a
+    placeholder to replace."""
     causal = info["kind"] == "causal_lm"
     objective = "next-token prediction (GPT-2)" if causal else f"JEPA, {info['views']} views (BERT encoder)"
     name = info.get("registered_name") or f"platonic-{info['kind']}-{info['views']}"
@@ -160,9 +186,19 @@ def model_card(info: dict[str, Any]) -> str:
         "- platonic-representation-hypothesis",
         "- sentence-transformers",
         f"- {'next-token' if causal else 'jepa'}",
+        # no license is declared (license_text): `other`, named and linked to the file that says so
+        "license: other",
+        "license_name: none-declared",
+        f"license_link: {LICENSE_FILE}",
         *([f"base_model: {info['base_model']}"] if info.get("base_model") else []),
+        *(["datasets:", *(f"- {d}" for d in info["datasets"])] if info.get("datasets") else []),
         "---",
     ]
+    where = (
+        f"folder = {str(folder)!r}  # this card's folder"
+        if folder is not None
+        else 'folder = "path/to/model"  # replace: the folder holding this card (platonic export RUN_ID DIR wrote it)'
+    )
     use = "layer = model.config.platonic_layer  # the evaluation's best layer"
     if layer is None:
         use = "layer = -1  # no evaluation recorded: the last layer"
@@ -182,7 +218,8 @@ def model_card(info: dict[str, Any]) -> str:
         "import torch",
         "from transformers import AutoModel, AutoTokenizer",
         "",
-        'model, tok = AutoModel.from_pretrained("DIR"), AutoTokenizer.from_pretrained("DIR")',
+        where,
+        "model, tok = AutoModel.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)",
         use,
         'batch = tok(["a small red circle"], padding=True, return_tensors="pt")',
         "with torch.no_grad():",
@@ -191,7 +228,7 @@ def model_card(info: dict[str, Any]) -> str:
         "features = (h * mask).sum(1) / mask.sum(1)",
         "```",
         "",
-        'With sentence-transformers, `SentenceTransformer("DIR").encode(texts)` gives the masked mean '
+        "With sentence-transformers, `SentenceTransformer(folder).encode(texts)` gives the masked mean "
         "of the last layer (`hidden_states[-1]`)"
         + (
             " (the evaluation's layer)."
@@ -200,6 +237,13 @@ def model_card(info: dict[str, Any]) -> str:
         ),
         "",
     ]
+    if (versions := info.get("registered_versions")) and info.get("registered_name"):
+        uri = f"models:/{info['registered_name']}/{versions[-1]['version']}"
+        body += [
+            f'From the MLflow store it was logged to (`MLFLOW_TRACKING_URI`), `mlflow.pyfunc.load_model("{uri}")'
+            '.predict(["a small red circle"])` gives the same features, at the evaluation\'s layer.',
+            "",
+        ]
     scores = info.get("scores") or {}
     if scores:
         body += ["## Evaluation", "", "| metric | value |", "|---|---|"]

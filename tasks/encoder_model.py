@@ -24,15 +24,18 @@ INPUT_EXAMPLE = ["a small red circle", "two blue squares at the top"]
 
 
 def save_model(path: str, mlflow_model: Any, extras: tuple[dict, dict], **kwargs: Any) -> None:
-    """mlflow.transformers.save_model, then platonic.json + the projector beside the model and
-    the pyfunc flavor's loader pointed at `_load_pyfunc` below (MLmodel rewritten)."""
+    """mlflow.transformers.save_model, then platonic.json + the projector beside the model,
+    LICENSE.txt saying what is known of its terms, and the pyfunc flavor's loader pointed at
+    `_load_pyfunc` below (MLmodel rewritten)."""
     import mlflow.transformers
 
-    from platonic.core.export import write_extras
+    from platonic.core.export import LICENSE_FILE, license_text, write_extras
 
     mlflow.transformers.save_model(path=path, mlflow_model=mlflow_model, **kwargs)
     info, tensors = extras
     write_extras(Path(path), info, tensors)
+    # mlflow.transformers wrote a placeholder (no hub repository to take a license from)
+    (Path(path) / LICENSE_FILE).write_text(license_text(info))
     mlflow_model.flavors["python_function"]["loader_module"] = __name__
     mlflow_model.save(str(Path(path) / "MLmodel"))
 

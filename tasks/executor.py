@@ -86,6 +86,8 @@ class RunContext:
     # stage (the ablation's world, views, image model) logs it once, not once per cell
     resolved: dict[tuple[str, str], Manifest] = field(default_factory=dict)
     cache_hits: set[tuple[str, str]] = field(default_factory=set)  # which of them came from the cache
+    # tags every run of the flow run carries (its Source column in MLflow: tracking.source_tags)
+    run_tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def store(self) -> ArtifactStore:
@@ -225,6 +227,7 @@ def _execute_locked(
     upstream_runs = {n: m.producer_run_id for n, m in inputs.items()}
     links = ", ".join(f"{n} {tracking.run_link(ctx.experiment_id, r)}" for n, r in upstream_runs.items() if r)
     tags = {
+        **ctx.run_tags,
         tracking.PARENT_TAG: ctx.parent_run_id,
         tracking.STAGE_TAG: inst.stage,
         tracking.INSTANCE_TAG: inst.id,
@@ -364,7 +367,14 @@ def log_evaluations(
                 datasets[m] = (up.stage, up)
     try:
         tracking.log_model_evaluations(
-            ctx.client, ctx.experiment_id, run_id, tracking.flatten(the_slice), scores, train_runs, datasets
+            ctx.client,
+            ctx.experiment_id,
+            run_id,
+            tracking.flatten(the_slice),
+            scores,
+            train_runs,
+            datasets,
+            run_tags=ctx.run_tags,
         )
     except Exception as e:  # the artifact is committed and sound: a tracking failure must not fail it
         stage_logger().warning("%-14s per-model evaluation runs not logged: %s: %s", spec.name, type(e).__name__, e)

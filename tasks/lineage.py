@@ -66,7 +66,8 @@ def trace(run_id: str, out_dir: str) -> dict:
         # a per-model evaluation run (`evaluate:good`, the one a model card cites): its numbers
         # are its evaluate stage run's, so that run is its one upstream
         node = _node(c, run_id)
-        node["stage"] = run.info.run_name or f"evaluate:{run.data.tags.get(tracking.MODEL_TAG, '?')}"
+        # by its model, not its name: a different evaluation's name says how it differs
+        node["stage"] = f"evaluate:{run.data.tags.get(tracking.MODEL_TAG, '?')}"
         del node["upstream_runs"]
         return {**node, "upstream": [trace(scored, out_dir)]}
     if tracking.STAGE_TAG not in run.data.tags:
@@ -196,6 +197,20 @@ def export_provenance(run_id: str, out_dir: str) -> dict:
     return provenance(tracking.client(out_dir), run_id)
 
 
+def training_datasets(params: dict[str, str]) -> list[str]:
+    """The card's `datasets`: where the flow's corpus came from, from its parent run's params
+    (`ingest.source`, `ingest.paths`, `world.seed`). None of them is a hub dataset: each is
+    named by its source and files (`wordnet:data.noun`, `synthetic-world-seed0`)."""
+    source = params.get("ingest.source", "world")
+    if source == "world":
+        return [f"synthetic-world-seed{params.get('world.seed', '0')}"]
+    try:
+        paths = json.loads(params.get("ingest.paths", "[]"))
+    except json.JSONDecodeError:
+        paths = []
+    return [f"{source}:{Path(p).name}" for p in paths] or [source]
+
+
 def provenance(c: MlflowClient, run_id: str) -> dict:
     """export_provenance on a client: what the export and the logged model's platonic.json say."""
     try:
@@ -210,7 +225,9 @@ def provenance(c: MlflowClient, run_id: str) -> dict:
         "digest": t.get(tracking.DIGEST_TAG),
     }
     if parent_id := t.get(tracking.PARENT_TAG):
-        pt = c.get_run(parent_id).data.tags
+        parent = c.get_run(parent_id).data
+        pt = parent.tags
+        prov["datasets"] = training_datasets(parent.params)
         prov |= {
             "flow_run_id": parent_id,  # the flow's MLflow (parent) run
             "prefect_flow_run_id": pt.get(tracking.PREFECT_FLOW_RUN_TAG) or None,  # the same flow run in Prefect

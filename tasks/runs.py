@@ -73,6 +73,11 @@ def parent_run(
     }
     if commit := tracking.git_commit():
         tags[tracking.GIT_COMMIT_TAG] = commit
+    # the Source (and Version) columns of MLflow's runs table, on the parent and every run under it
+    shared = tracking.source_tags(tags.get(tracking.FLOW_TAG, name))
+    if tracking.GIT_COMMIT_TAG in tags:
+        shared[tracking.GIT_COMMIT_TAG] = tags[tracking.GIT_COMMIT_TAG]
+    tags = {**shared, **tags}
     # the flow run's name (recipe_run_name) when in a flow: Prefect and MLflow name it alike
     run_name = runtime.flow_run.name or stamped(name)
     run_id = c.create_run(exp, run_name=run_name, tags=tags).info.run_id
@@ -80,7 +85,7 @@ def parent_run(
         tracking.log_text(c, run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
         if params:
             tracking.log_params(c, run_id, tracking.flatten(params))
-        yield RunContext(out, exp, run_id, tracking.tracking_uri(out))
+        yield RunContext(out, exp, run_id, tracking.tracking_uri(out), run_tags=shared)
         c.set_terminated(run_id, "FINISHED")
     except BaseException as e:
         full = disk_full(e, where=out, database=tracking.tracking_uri(out))
@@ -89,6 +94,35 @@ def parent_run(
         if full is not None and full is not e:
             raise full from e
         raise
+
+
+def name_by_what_ran(ctx: RunContext, instances: list[str], only: str | None = None) -> str:
+    """Rename a flow's parent run after what it ran, once it has: a full run keeps its name
+    (`demo-20261206-201500`); a rerun says what it was (`... (only evaluate)`, `... (all 14
+    stages cached)`, `... (ran evaluate; 13 cached)`), so the runs table tells it from a full
+    run. `instances`: the stage instances the run took part in (ran or took from the cache);
+    the parent's `platonic.reused.*` tags name the cached ones, whichever worker ran them.
+    Returns the name."""
+    c = ctx.client
+    run = c.get_run(ctx.parent_run_id)
+    reused = {
+        k.removeprefix(tracking.REUSED_TAG).replace("/", "@")
+        for k in run.data.tags
+        if k.startswith(tracking.REUSED_TAG)
+    }
+    ran = [i for i in instances if i not in reused]
+    cached = len(instances) - len(ran)
+    if only:
+        what = f"only {only}"
+    elif not ran:
+        what = f"all {cached} stages cached"
+    elif cached:
+        what = f"ran {', '.join(ran) if len(ran) <= 3 else f'{len(ran)} stages'}; {cached} cached"
+    else:
+        return run.info.run_name
+    name = f"{run.info.run_name} ({what})"[:250]
+    c.update_run(ctx.parent_run_id, name=name)
+    return name
 
 
 def publish(ctx: RunContext, results: dict[str, Any], files: dict[str, Path]) -> Path:

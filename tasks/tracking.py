@@ -59,6 +59,13 @@ REUSED_TAG = "platonic.reused."
 MODEL_TAG = "model"
 TRAIN_RUN_TAG = "platonic.train_run"  # an evaluation run: the train run of its model
 MODEL_ID_TAG = "platonic.model_id"  # an evaluation run: the logged model it scores
+# an evaluation run that repeats one the logged model already shows (same params, same
+# features): the run holding the metrics on the model's page; its own are not linked again
+MODEL_METRICS_RUN_TAG = "platonic.model_metrics_run"
+# MLflow's runs table reads its Source column from these two tags (the fluent API sets them
+# from the script; runs created through a client have neither, and the column was empty)
+SOURCE_NAME_TAG = "mlflow.source.name"
+SOURCE_TYPE_TAG = "mlflow.source.type"
 # the process that owns a run while it is RUNNING: a later run on the same host marks the
 # run KILLED once that process is gone (a crash or kill -9 never closes its runs)
 HOST_TAG = "platonic.host"
@@ -302,6 +309,13 @@ def log_text(c: MlflowClient, run_id: str, text: str, artifact_file: str) -> Non
         c.log_artifact(run_id, str(p), sub)
 
 
+def source_tags(flow: str) -> dict[str, str]:
+    """The Source column of MLflow's runs table: the command that made the run
+    (`platonic pipeline`). The UI shows a LOCAL source's name after its last `/`, so the
+    name holds none (a script's path would show only its file name)."""
+    return {SOURCE_NAME_TAG: f"platonic {flow}".replace("/", " "), SOURCE_TYPE_TAG: "LOCAL"}
+
+
 def owner_tags() -> dict[str, str]:
     """Tags naming this process as a run's owner (HOST_TAG, PID_TAG, PID_START_TAG)."""
     tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
@@ -494,14 +508,23 @@ def log_model_evaluations(
     scores: dict[str, dict[str, Any]],
     train_runs: dict[str, str | None],
     datasets: dict[str, tuple[str, Any]],
+    run_tags: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """One evaluation run per model, nested under the evaluate stage run, all with one schema:
     tag `model`, params `model.*` (from the model's train run) + the evaluation's, metrics
     `mutual_knn`, `mutual_knn_ci_low/high`, `r_at_1_t2i`, `residual`, `fraction_of_ceiling`,
-    ... and `mutual_knn_per_layer` (step = text layer). Each metric is linked to the model's
-    logged model (`model_id`) and to the features it was measured on (`datasets`: model ->
-    (input name, its manifest), also the run's dataset input); the logged model is the run's
-    model input. Returns model -> run id."""
+    ... and `mutual_knn_per_layer` (step = text layer). The summary metrics are linked to the
+    model's logged model (`model_id`) and to the features they were measured on (`datasets`:
+    model -> (input name, its manifest), also the run's dataset input); the logged model is
+    the run's model input. The per-layer curve stays on the run: the model's page lists
+    metrics by name without their step, so it showed one unlabeled row per layer.
+
+    A rerun of an evaluation the model already shows (same params, same features: a
+    `--force evaluate`) links nothing again, or the model's page listed every metric twice;
+    it is tagged with the run that holds them (MODEL_METRICS_RUN_TAG). A different evaluation
+    of the same model is linked too, and its run name says how it differs
+    (`evaluate:good evaluate.k=3`), since the page names each metric's run. `run_tags`: tags
+    every run of the flow carries (its Source). Returns model -> run id."""
     from mlflow.entities import LoggedModelInput
 
     runs = {}
@@ -509,27 +532,63 @@ def log_model_evaluations(
         train_run = train_runs.get(m)
         train = c.get_run(train_run) if train_run else None
         model_id = trained_model_id(train) if train else None
-        links = f"Model `{m}`: train run {run_link(experiment_id, train_run)}" if train_run else f"Model `{m}`"
-        tags = {
-            PARENT_TAG: evaluate_run_id,
-            MODEL_TAG: m,
-            NOTE_TAG: f"{links}; evaluate run {run_link(experiment_id, evaluate_run_id)}.",
-            **({TRAIN_RUN_TAG: train_run} if train_run else {}),
-            **({MODEL_ID_TAG: model_id} if model_id else {}),
-        }
-        rid = c.create_run(experiment_id, run_name=f"evaluate:{m}", tags=tags).info.run_id
-        params = train.data.params if train else {}
-        log_params(c, rid, {**{k: v for k, v in params.items() if k.startswith("model.")}, **evaluate_params})
         seen = None
         if (ds := datasets.get(m)) is not None:
-            name, manifest = ds
-            log_input(c, rid, name, manifest.digest, manifest.uri, manifest.schema, manifest.counts)
-            seen = (name, mlflow_digest(manifest.digest))
+            seen = (ds[0], mlflow_digest(ds[1].digest))
+        params = {k: v for k, v in (train.data.params if train else {}).items() if k.startswith("model.")}
+        params = {**params, **evaluate_params}
+        same, differs = _linked_evaluations(c, model_id, params, seen) if model_id else (None, [])
+        links = f"Model `{m}`: train run {run_link(experiment_id, train_run)}" if train_run else f"Model `{m}`"
+        note = f"{links}; evaluate run {run_link(experiment_id, evaluate_run_id)}."
+        if same:
+            note += f" Repeats run {run_link(experiment_id, same)}, whose metrics the logged model shows."
+        tags = {
+            **(run_tags or {}),
+            PARENT_TAG: evaluate_run_id,
+            MODEL_TAG: m,
+            NOTE_TAG: note,
+            **({TRAIN_RUN_TAG: train_run} if train_run else {}),
+            **({MODEL_ID_TAG: model_id} if model_id else {}),
+            **({MODEL_METRICS_RUN_TAG: same} if same else {}),
+        }
+        said = [f"{k}={params[k]}" for k in differs if k in params]
+        if "dataset" in differs and seen:  # other features of the same model: which ones
+            said.append(f"on {seen[0]}@{seen[1][:8]}")
+        name = " ".join([f"evaluate:{m}", *said])[:250]
+        rid = c.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        log_params(c, rid, params)
+        if ds is not None:
+            log_input(c, rid, ds[0], ds[1].digest, ds[1].uri, ds[1].schema, ds[1].counts)
         if model_id:
             c.log_inputs(rid, models=[LoggedModelInput(model_id)])
-        log_metrics(c, rid, s["metrics"], model_id=model_id, dataset=seen)
+        log_metrics(c, rid, s["metrics"], model_id=None if same else model_id, dataset=seen)
         for layer, v in enumerate(s.get("per_layer", [])):
-            log_metrics(c, rid, {"mutual_knn_per_layer": v}, step=layer, model_id=model_id, dataset=seen)
+            log_metrics(c, rid, {"mutual_knn_per_layer": v}, step=layer, dataset=seen)
         c.set_terminated(rid, "FINISHED")
         runs[m] = rid
     return runs
+
+
+def _linked_evaluations(
+    c: MlflowClient, model_id: str, params: dict[str, str], dataset: tuple[str, str] | None
+) -> tuple[str | None, list[str]]:
+    """What the logged model's page already shows of its evaluations: (the evaluation run
+    whose params and features equal these, or None; else the param keys whose values differ
+    from some shown evaluation's, in order, with `dataset` for other features)."""
+    logged = c.get_logged_model(model_id)
+    shown: dict[str, tuple[str | None, str | None]] = {}
+    for metric in logged.metrics or []:  # the train run's counts are linked too: it is no evaluation
+        if metric.run_id and metric.run_id != logged.source_run_id:
+            shown.setdefault(metric.run_id, (metric.dataset_name, metric.dataset_digest))
+    ours = dataset or (None, None)
+    differs: set[str] = set()
+    for rid, data in shown.items():
+        try:
+            theirs = c.get_run(rid).data.params
+        except MlflowException:  # a run removed from the store: nothing of it to repeat
+            continue
+        keys = {k for k in params if theirs.get(k) != params[k]} | ({"dataset"} if data != ours else set())
+        if not keys:
+            return rid, []
+        differs |= keys
+    return None, [k for k in params if k in differs] + (["dataset"] if "dataset" in differs else [])

@@ -184,6 +184,10 @@ def test_minilm_exported_loads_as_a_sentence_transformer_with_its_base_model(tmp
     header = (dest / "README.md").read_text().split("---\n")[1]
     assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in header and "- sentence-transformers" in header
     assert "(the evaluation's layer)" in (dest / "README.md").read_text()
+    # no license of its own is declared; the base model's is named, and the header links the file saying so
+    assert "license: other" in header and "license_link: LICENSE.txt" in header
+    assert "sentence-transformers/all-MiniLM-L6-v2" in (dest / "LICENSE.txt").read_text()
+    assert "(apache-2.0)" in (dest / "LICENSE.txt").read_text()
 
 
 def test_info_nce_is_the_symmetric_in_batch_cross_entropy():
