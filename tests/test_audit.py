@@ -269,6 +269,19 @@ def test_embed_level_finds_paraphrases(report_inputs):
     assert [(r["text_id"], r["level"]) for r in m] == [("P:alt:0", "embed")] and 0.7 <= m[0]["score"] <= 1
 
 
+def _audit_captions(tmp_path: Path, corpus: list[str], captions: list[str]) -> tuple[dict, Path]:
+    """Audit eval captions (a captions: file) against a corpus of alt texts T0, T1, ...;
+    returns the summary and the output folder (matches.parquet, summary.md)."""
+    rows = [{"image_id": f"I{n}", "text_id": f"T{n}", "source_kind": "alt", "text": x} for n, x in enumerate(corpus)]
+    pq.write_table(text_table(rows), tmp_path / "corpus.parquet")
+    (tmp_path / "e.txt").write_text("\n".join(captions) + "\n")
+    evals = eval_table(dict([load_eval_spec(f"captions:{tmp_path / 'e.txt'}")]))
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = AuditConfig(corpus=[str(tmp_path / "corpus.parquet")], eval=["-"])
+    return audit(cfg.corpus, evals, cfg, out), out
+
+
 def test_homoglyphs_and_invisible_characters_do_not_hide_a_copy(tmp_path):
     corpus = [
         "a red cube left of a blue ball",
@@ -276,8 +289,6 @@ def test_homoglyphs_and_invisible_characters_do_not_hide_a_copy(tmp_path):
         "the yellow torus right of a cylinder",
         "Two dogs play in the snow",
     ]
-    rows = [{"image_id": f"I{n}", "text_id": f"T{n}", "source_kind": "alt", "text": x} for n, x in enumerate(corpus)]
-    pq.write_table(text_table(rows), tmp_path / "corpus.parquet")
     captions = [
         "a r\u0435d cub\u0435 l\u0435ft of a blu\u0435 ball",  # Cyrillic е: only the confusable folding
         "a green co\u00adne above a small sphe\u200bre",  # soft hyphen, zero-width space: only ignorables
@@ -285,12 +296,7 @@ def test_homoglyphs_and_invisible_characters_do_not_hide_a_copy(tmp_path):
         "two dogs play in the snow!",  # case and punctuation: plain
         "a r\u0435d cub\u0435 l\u0435ft of a blu\u0435 ball on the floor",  # near, only with the folding
     ]
-    (tmp_path / "e.txt").write_text("\n".join(captions) + "\n")
-    evals = eval_table(dict([load_eval_spec(f"captions:{tmp_path / 'e.txt'}")]))
-    out = tmp_path / "out"
-    out.mkdir()
-    cfg = AuditConfig(corpus=[str(tmp_path / "corpus.parquet")], eval=["-"])
-    s = audit(cfg.corpus, evals, cfg, out)
+    s, out = _audit_captions(tmp_path, corpus, captions)
     ev = s["eval_sets"]["captions:e"]
     assert ev["levels"]["exact"]["captions"] == 4 and ev["levels"]["near"]["captions"] == 5
     m = {r["eval_text"]: (r["level"], r["text_id"]) for r in pq.read_table(out / "matches.parquet").to_pylist()}
@@ -316,20 +322,13 @@ def test_look_alikes_of_other_scripts_do_not_hide_a_copy_at_the_exact_level(tmp_
     and marks over letters only at the near level. The table comes from Unicode's
     confusables data (platonic_core/confusables_table.py)."""
     corpus = ["a green cube left of a red ball", "a small yellow torus", "the blue cone on top", "two dogs in snow"]
-    rows = [{"image_id": f"I{n}", "text_id": f"T{n}", "source_kind": "alt", "text": x} for n, x in enumerate(corpus)]
-    pq.write_table(text_table(rows), tmp_path / "corpus.parquet")
     captions = [
         "ᴀ ɢʀᴇᴇɴ ᴄᴜʙᴇ ʟᴇꜰᴛ ᴏꜰ ᴀ ʀᴇᴅ ʙᴀʟʟ",  # Latin small capitals (prototypes themselves)
         "\u0251 sm\u0251ll yellow torus",  # Latin alpha ɑ
         "the blue c\u0585ne \u0585n t\u0585p",  # Armenian օ
         "tw\u0336o do\u0335gs i\u0337n sn\u20ddow",  # marks that compose no letter (they split words)
     ]
-    (tmp_path / "e.txt").write_text("\n".join(captions) + "\n")
-    evals = eval_table(dict([load_eval_spec(f"captions:{tmp_path / 'e.txt'}")]))
-    out = tmp_path / "out"
-    out.mkdir()
-    cfg = AuditConfig(corpus=[str(tmp_path / "corpus.parquet")], eval=["-"])
-    s = audit(cfg.corpus, evals, cfg, out)
+    s, out = _audit_captions(tmp_path, corpus, captions)
     m = {r["eval_text"]: (r["level"], r["text_id"]) for r in pq.read_table(out / "matches.parquet").to_pylist()}
     assert [m.get(c) for c in captions] == [("exact", f"T{n}") for n in range(4)]
     assert s["eval_sets"]["captions:e"]["matches_by_step"]["exact"]["confusables"] == 4
