@@ -132,6 +132,39 @@ def test_two_torchrun_processes_match_one_with_the_same_global_batch(views, tmp_
             assert torch.allclose(wa[k], wb[k], atol=1e-4), k
 
 
+@pytest.mark.e2e  # torchrun
+def test_torchrun_ranks_stop_at_one_step_save_it_and_resume_to_the_same_bytes(views, tmp_path):
+    """Issue 43 (43.7b): a stop relayed to torchrun as SIGTERM ended its ranks by the signal,
+    saving nothing past the last periodic checkpoint. Each rank's SIGTERM is now a stop
+    request; the ranks agree (a flag all-reduced each step) on the step to stop before, rank 0
+    saves the state there, and the same call again resumes to the bytes of a run never stopped."""
+    from platonic.core import interrupt
+    from platonic.core.config import load_config
+    from platonic.core.train import latest_checkpoint, train_in_subprocess
+
+    sets = ["train.models.ntp.steps=400", "train.models.ntp.nproc=2"]
+    mcfg = load_config(views.parent / "recipe.yaml", sets).train.models["ntp"]
+    full, out, state = tmp_path / "full", tmp_path / "out", tmp_path / "state"
+    for d in (full, out):
+        d.mkdir()
+    train_in_subprocess(3, 1, "ntp", mcfg, views, full, tmp_path / "full-state", lambda s, m: None)
+
+    def stop(step: int, metrics: dict) -> None:
+        interrupt.request_stop()  # what the CLI's signal handler does
+
+    try:
+        with pytest.raises(interrupt.Interrupted, match="stopped under torchrun; a rerun resumes from .*step_"):
+            train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, stop)
+    finally:
+        interrupt.clear()
+    saved = latest_checkpoint(state)
+    assert saved is not None and 0 < int(saved.name.split("_")[1]) < 400
+    assert (state / "train.log").read_text().count("stopped at step") == 2  # both ranks, one step
+    summary = train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, lambda s, m: None)
+    assert summary["resumed_from_step"] == int(saved.name.split("_")[1])
+    assert (out / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
+
+
 @pytest.mark.e2e  # real training subprocesses
 def test_a_sigkilled_run_resumes_to_the_same_final_weights(views, tmp_path):
     """Kill a real training process right after its first checkpoint; rerunning the same

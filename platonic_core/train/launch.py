@@ -155,7 +155,7 @@ def _start(cmd: list[str], log_file: Path, status: Path) -> subprocess.Popen | F
 
 
 def _request_stop(signum: int, frame: object) -> None:
-    """A lone trainer's SIGTERM or SIGINT: a stop request the loop honours at its next step
+    """A trainer's SIGTERM or SIGINT (each rank's, under torchrun): a stop request the loop honours at its next step
     (it saves its state there), or KeyboardInterrupt while nothing polls (loading data)."""
     if not interrupt.polling():
         raise KeyboardInterrupt
@@ -191,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         threads = max(1, resolve_threads(AUTO) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     set_torch_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:  # ranks of several end by torchrun's signal: they must not stop at different steps
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, _request_stop)
+    # a stop request, not the end: ranks of several agree on the step to stop before (the
+    # loop's `_stoppable`), rank 0 saves the state there and each exits 130
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _request_stop)
     if world > 1:
         device = resolve_device(mcfg)
         if device.type == "cuda":
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
         if log is not None:
             log.close()
-    except interrupt.Interrupted as e:  # a lone trainer stopped on request: what it kept, no traceback
+    except interrupt.Interrupted as e:  # stopped on request (every rank at one step): what it kept, no traceback
         print(e, file=sys.stderr)
         return 130
     finally:

@@ -165,15 +165,36 @@ def _to(batch: dict, device: torch.device) -> dict:
     return batch if device.type == "cpu" else {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _stoppable(steps: Iterable[int], stop_before: Callable[[int], None]) -> Iterator[int]:
-    """The steps, polled for a stop request (Ctrl-C) between two of them: `stop_before(step)`
-    saves what a rerun resumes from and raises. Nothing else changes: an uninterrupted run
+def _stoppable(
+    steps: Iterable[int], stop_before: Callable[[int], None], agree: Callable[[bool], bool] | None = None
+) -> Iterator[int]:
+    """The steps, polled for a stop request (Ctrl-C, SIGTERM) between two of them:
+    `stop_before(step)` saves what a rerun resumes from and raises. Under torch.distributed,
+    `agree(asked)` tells every rank whether any rank was asked, so all stop before the same
+    step (torchrun signals its ranks one by one). Nothing else changes: an uninterrupted run
     trains the same bytes."""
     with interrupt.polled():
         for step in steps:
-            if interrupt.stop_requested():
+            asked = interrupt.stop_requested()
+            if agree is not None:
+                asked = agree(asked)
+            if asked:
                 stop_before(step)
             yield step
+
+
+def _any_rank() -> Callable[[bool], bool]:
+    """`agree` for `_stoppable` across the process group: a MAX all-reduce of a CPU flag, on
+    gloo (a group of its own under NCCL: no device sync per step). Every rank calls it at the
+    same point of every step, so it pairs up like any collective."""
+    group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+    def agree(asked: bool) -> bool:
+        flag = torch.tensor([int(asked)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+        return bool(flag.item())
+
+    return agree
 
 
 def train_model(
@@ -249,7 +270,7 @@ def train_model(
         kept = f"a rerun resumes from {c}" if (c := latest_checkpoint(state_dir)) else "nothing saved"
         raise interrupt.Interrupted(f"{desc} stopped at step {step} of {steps}; {kept}")
 
-    for step in _stoppable(steps_bar, stop_before):
+    for step in _stoppable(steps_bar, stop_before, _any_rank() if world > 1 else None):
         lr = lr_at(step, steps, cfg.optim)
         for g in opt.param_groups:
             # .get: a checkpoint saved before the groups had parts resumes as one "all" part.
