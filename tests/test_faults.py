@@ -386,7 +386,9 @@ def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_
     without its lock); a run, which records itself in the store, is refused before anything
     starts: one `error:` line saying what to do, exit 2; nothing in the store changes."""
     out = tiny_copy(tmp_path / "out")
-    run_id = next((out / "runs").iterdir()).name
+    # the pipeline's run (the session's store holds other flows' runs too: caption, ...)
+    results = sorted((out / "runs").glob("*/results.json"))
+    run_id = next(r.parent.name for r in results if "train:good" in r.read_text())
 
     def listing() -> dict[str, tuple[int, int]]:
         return {str(f.relative_to(out)): (f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(out.rglob("*"))}
