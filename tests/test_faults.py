@@ -387,8 +387,8 @@ def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_
     starts: one `error:` line saying what to do, exit 2; nothing in the store changes."""
     out = tiny_copy(tmp_path / "out")
     # the pipeline's run (the session's store holds other flows' runs too: caption, ...)
-    results = sorted((out / "runs").glob("*/results.json"))
-    run_id = next(r.parent.name for r in results if "train:good" in r.read_text())
+    results = {r.parent.name: json.loads(r.read_text()) for r in (out / "runs").glob("*/results.json")}
+    run_id = next(k for k, r in results.items() if "evaluate" in r.get("stages", {}) and "models" in r)
 
     def listing() -> dict[str, tuple[int, int]]:
         return {str(f.relative_to(out)): (f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(out.rglob("*"))}
