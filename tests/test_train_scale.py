@@ -132,18 +132,16 @@ def test_two_torchrun_processes_match_one_with_the_same_global_batch(views, tmp_
             assert torch.allclose(wa[k], wb[k], atol=1e-4), k
 
 
-@pytest.mark.e2e  # torchrun
-def test_torchrun_ranks_stop_at_one_step_save_it_and_resume_to_the_same_bytes(views, tmp_path):
-    """Issue 43 (43.7b): a stop relayed to torchrun as SIGTERM ended its ranks by the signal,
-    saving nothing past the last periodic checkpoint. Each rank's SIGTERM is now a stop
-    request; the ranks agree (a flag all-reduced each step) on the step to stop before, rank 0
-    saves the state there, and the same call again resumes to the bytes of a run never stopped."""
+def _stop_then_resume(views: Path, tmp_path: Path, sets: list[str], under: str) -> str:
+    """next-token, 400 steps, through `train_in_subprocess`: once uninterrupted, then stopped
+    at its first relayed metrics (a rerun resumes from a checkpoint saved at the stop, the
+    message names it, under `under`), then the same call again: it resumes at that step and
+    ends with the uninterrupted run's bytes. Returns the stopped run's train.log."""
     from platonic.core import interrupt
     from platonic.core.config import load_config
     from platonic.core.train import latest_checkpoint, train_in_subprocess
 
-    sets = ["train.models.ntp.steps=400", "train.models.ntp.nproc=2"]
-    mcfg = load_config(views.parent / "recipe.yaml", sets).train.models["ntp"]
+    mcfg = load_config(views.parent / "recipe.yaml", ["train.models.ntp.steps=400", *sets]).train.models["ntp"]
     full, out, state = tmp_path / "full", tmp_path / "out", tmp_path / "state"
     for d in (full, out):
         d.mkdir()
@@ -153,16 +151,27 @@ def test_torchrun_ranks_stop_at_one_step_save_it_and_resume_to_the_same_bytes(vi
         interrupt.request_stop()  # what the CLI's signal handler does
 
     try:
-        with pytest.raises(interrupt.Interrupted, match="stopped under torchrun; a rerun resumes from .*step_"):
+        with pytest.raises(interrupt.Interrupted, match=f"stopped under {under}; a rerun resumes from .*step_"):
             train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, stop)
     finally:
         interrupt.clear()
     saved = latest_checkpoint(state)
     assert saved is not None and 0 < int(saved.name.split("_")[1]) < 400
-    assert (state / "train.log").read_text().count("stopped at step") == 2  # both ranks, one step
+    log = (state / "train.log").read_text()
     summary = train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, lambda s, m: None)
     assert summary["resumed_from_step"] == int(saved.name.split("_")[1])
     assert (out / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
+    return log
+
+
+@pytest.mark.e2e  # torchrun
+def test_torchrun_ranks_stop_at_one_step_save_it_and_resume_to_the_same_bytes(views, tmp_path):
+    """Issue 43 (43.7b): a stop relayed to torchrun as SIGTERM ended its ranks by the signal,
+    saving nothing past the last periodic checkpoint. Each rank's SIGTERM is now a stop
+    request; the ranks agree (a flag all-reduced each step) on the step to stop before, rank 0
+    saves the state there, and the same call again resumes to the bytes of a run never stopped."""
+    log = _stop_then_resume(views, tmp_path, ["train.models.ntp.nproc=2"], "torchrun")
+    assert log.count("stopped at step") == 2  # both ranks, one step
 
 
 @pytest.mark.e2e  # real training subprocesses
@@ -435,30 +444,8 @@ def test_a_lone_trainer_stops_at_its_next_step_saves_it_and_resumes_to_the_same_
     the step it was on (no periodic checkpoint configured) and exits; Interrupted names that
     checkpoint; the same call again resumes there and ends with the bytes of a run never
     stopped. The stop comes once its first metrics line is relayed."""
-    from platonic.core import interrupt
-    from platonic.core.config import load_config
-    from platonic.core.train import latest_checkpoint, train_in_subprocess
-
-    mcfg = load_config(views.parent / "recipe.yaml", ["train.models.ntp.steps=400"]).train.models["ntp"]
-    full, out, state = tmp_path / "full", tmp_path / "out", tmp_path / "state"
-    for d in (full, out):
-        d.mkdir()
-    train_in_subprocess(3, 1, "ntp", mcfg, views, full, tmp_path / "full-state", lambda s, m: None)
-
-    def stop(step: int, metrics: dict) -> None:
-        interrupt.request_stop()  # what the CLI's signal handler does
-
-    try:
-        with pytest.raises(interrupt.Interrupted, match="stopped under its process; a rerun resumes from .*step_"):
-            train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, stop)
-    finally:
-        interrupt.clear()
-    saved = latest_checkpoint(state)
-    assert saved is not None and 0 < int(saved.name.split("_")[1]) < 400
-    assert "stopped at step" in (state / "train.log").read_text()  # the trainer's own words
-    summary = train_in_subprocess(3, 1, "ntp", mcfg, views, out, state, lambda s, m: None)
-    assert summary["resumed_from_step"] == int(saved.name.split("_")[1])
-    assert (out / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
+    log = _stop_then_resume(views, tmp_path, [], "its process")
+    assert "stopped at step" in log  # the trainer's own words
 
 
 def test_a_checkpoint_sweeps_the_half_written_checkpoints_of_killed_runs(views, tmp_path):
