@@ -20,7 +20,7 @@ import pytest
 from conftest import platonic_cli, quiet_env
 from mlflow.tracking import MlflowClient
 
-from platonic.core.artifacts import Manifest, verify
+from platonic.core.artifacts import Manifest, committed, verify
 from platonic.core.config import load_config
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
@@ -52,7 +52,7 @@ def scores(res: dict) -> dict:
 
 def artifact(out: Path, instance: str) -> Path:
     """The one committed artifact folder of a stage instance in out_dir's store."""
-    (folder,) = [m.parent for m in (out / "artifacts" / instance.replace(":", "/")).glob("*/manifest.json")]
+    (folder,) = committed(out / "artifacts" / instance.replace(":", "/"))[0]
     return folder
 
 
@@ -146,7 +146,9 @@ def test_sigkill_at_every_stage_boundary_then_rerun_gives_the_same_results(refer
         proc = _cli_run(out)
         deadline = time.monotonic() + 300
         try:
-            while not any(store.glob("*/manifest.json")):
+            # committed: a folder under its final name; a staging folder (`.<key>.tmp-…`) holds
+            # its manifest a moment before the rename, and a kill there commits nothing
+            while not committed(store)[0]:
                 assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {boundary} committed"
                 assert time.monotonic() < deadline, f"{boundary} not committed within 300 s"
                 time.sleep(0.02)
