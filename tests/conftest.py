@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,9 +31,26 @@ import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_TEST = "tests/test_demo.py::test_demo_default_seed"
+BACKGROUND_DEMO = "background-demo"  # its folder under the session's (the controller's) basetemp
 
 # whatever needs these (directly or through another fixture) runs a real flow
 E2E_FIXTURES = {"prefect_harness", "tiny_run", "wordnet_tiny_run"}
+# the files that take longest after the demo (`--durations`: the ablation grid and the fault
+# injection ~3 min each, ...), in the order two workers should start them
+LONGEST_FILES = [
+    "tests/test_ablate_cli.py",
+    "tests/test_faults.py",
+    "tests/test_train_scale.py",
+    "tests/test_caption_flow.py",
+    "tests/test_fanout.py",
+    "tests/test_run_state.py",
+    "tests/test_project_server.py",
+    "tests/test_rescore_realdata.py",
+    "tests/test_positives_gen.py",
+    "tests/test_hostile_inputs.py",
+    "tests/test_mlflow_links.py",
+    "tests/test_align_cli.py",
+]
 OPT_IN = ("slow", "stack")
 
 
@@ -51,9 +68,22 @@ def pytest_collection_modifyitems(config, items):
         if out:
             config.hook.pytest_deselected(items=out)
             items[:] = [i for i in items if not any(i.get_closest_marker(m) for m in skip)]
-    # the demo starts with the session beside the other tests; its test only waits for it, so
-    # it waits last: where it sat in file order, the rest of the session waited with it
-    items.sort(key=lambda i: i.nodeid == DEMO_TEST)
+    if _in_worker(config):
+        # two workers (pyproject's addopts) take whole files, the longest first (the scheduler
+        # keeps this order: --no-loadscope-reorder), so neither is left with a long one at the
+        # end; the demo runs beside them from the start (the controller starts it) and its test,
+        # which only waits for it, comes last
+        first = {f: n for n, f in enumerate(LONGEST_FILES)}
+        items.sort(key=lambda i: (i.nodeid == DEMO_TEST, first.get(i.nodeid.split("::")[0], len(first))))
+    else:
+        # in one process the demo starts with the session beside the other tests; its test only
+        # waits for it, so it waits last: where it sat in file order, the session waited with it
+        items.sort(key=lambda i: i.nodeid == DEMO_TEST)
+
+
+def _in_worker(config) -> bool:
+    """True in a pytest-xdist worker (`-n 2`), false in a plain in-process session (`-n 0`)."""
+    return hasattr(config, "workerinput")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -165,7 +195,9 @@ class DemoProcess:
     """`platonic demo --json [--set ...]` as a user types it, in a fresh folder, as a child
     process. It gets a PREFECT_HOME of its own so that its temporary Prefect server never shares
     a database with a CLI test running at the same time; `cpus` pins it (and so its `auto`
-    torch threads) to those CPUs."""
+    torch threads) to those CPUs. When it ends, a thread writes its exit status and wall time
+    to `demo.exit.json` in the folder, which is how `DemoResult` finds it from another process
+    (an xdist worker's test waits on the demo the controller started)."""
 
     def __init__(self, folder: Path, sets: tuple[str, ...] = (), cpus: set[int] | None = None):
         self.folder = folder
@@ -174,54 +206,88 @@ class DemoProcess:
         args = [sys.executable, "-m", "platonic.flows.cli", "demo", "--json"]
         for s in sets:
             args += ["--set", s]
-        self._stdout = open(folder / "demo.stdout", "w")  # noqa: SIM115 (closed in result/stop)
-        self._stderr = open(folder / "demo.stderr", "w")  # noqa: SIM115
-        self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen(
-            args,
-            cwd=folder,
-            env=env,
-            stdout=self._stdout,
-            stderr=self._stderr,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-        )
+        (folder / "demo.started").write_text(str(time.time()))
+        t0 = time.perf_counter()
+        with open(folder / "demo.stdout", "w") as out, open(folder / "demo.stderr", "w") as err:
+            self.proc = subprocess.Popen(
+                args,
+                cwd=folder,
+                env=env,
+                stdout=out,
+                stderr=err,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            )
+
+        def record_exit() -> None:
+            rc = self.proc.wait()
+            exit_json = {"rc": rc, "wall": time.perf_counter() - t0}
+            (folder / "demo.exit.json.tmp").write_text(json.dumps(exit_json))
+            os.replace(folder / "demo.exit.json.tmp", folder / "demo.exit.json")
+
+        threading.Thread(target=record_exit, daemon=True).start()
 
     def result(self, timeout: float) -> tuple[dict, float]:
-        """(the demo's --json output, wall seconds since it started); fails with its stderr's tail."""
-        left = max(1.0, timeout - (time.perf_counter() - self.t0))
-        try:
-            rc = self.proc.wait(timeout=left)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            pytest.fail(f"platonic demo still running after {timeout:.0f}s", pytrace=False)
-        wall = time.perf_counter() - self.t0
-        self._stdout.close()
-        self._stderr.close()
-        assert rc == 0, (self.folder / "demo.stderr").read_text()[-4000:]
-        return json.loads((self.folder / "demo.stdout").read_text()), wall
+        return DemoResult(self.folder).result(timeout, stop=self.stop)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._stdout.close()
-        self._stderr.close()
+
+
+class DemoResult:
+    """The outcome of a demo started in `folder` by a DemoProcess, this process's or another's."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def result(self, timeout: float, stop=None) -> tuple[dict, float]:
+        """(the demo's --json output, its wall seconds); fails with its stderr's tail, or when it
+        has not ended `timeout` seconds after it started."""
+        deadline = float((self.folder / "demo.started").read_text()) + timeout
+        done = self.folder / "demo.exit.json"
+        while not done.is_file():
+            if time.time() > deadline:
+                if stop is not None:
+                    stop()
+                pytest.fail(f"platonic demo still running after {timeout:.0f}s", pytrace=False)
+            time.sleep(0.5)
+        ended = json.loads(done.read_text())
+        assert ended["rc"] == 0, (self.folder / "demo.stderr").read_text()[-4000:]
+        return json.loads((self.folder / "demo.stdout").read_text()), ended["wall"]
 
 
 _BACKGROUND: dict[str, DemoProcess] = {}
 
 
+def _start_background_demo(basetemp: Path) -> None:
+    """The demo, pinned to the last CPU, in `basetemp/background-demo`: where a worker's
+    demo_run finds it (a worker's basetemp is a folder of the controller's)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) >= 2 and "demo" not in _BACKGROUND:
+        folder = basetemp / BACKGROUND_DEMO
+        folder.mkdir(parents=True)
+        _BACKGROUND["demo"] = DemoProcess(folder, cpus={cpus[-1]})
+
+
 def pytest_collection_finish(session):
-    """The demo is the longest test (~7 min, most of it training on one process). Where it is
+    """The demo is the longest test (~5 min, most of it training on one process). Where it is
     selected and this process may use two or more CPUs, it starts now on a CPU of its own and
     runs beside the rest of the session instead of alone in the middle of it (its test, the
-    session's last, then waits for what is left of it); with one CPU the test runs it in place."""
-    if session.config.option.collectonly or not any(item.nodeid == DEMO_TEST for item in session.items):
+    session's last, then waits for what is left of it); with one CPU the test runs it in place.
+    Under xdist the controller starts it (below), as soon as a worker's collection holds it."""
+    if _in_worker(session.config) or session.config.option.collectonly:
         return
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cpus) >= 2:
-        folder = Path(tempfile.mkdtemp(prefix="platonic-demo-"))
-        _BACKGROUND["demo"] = DemoProcess(folder, cpus={cpus[-1]})
+    if any(item.nodeid == DEMO_TEST for item in session.items):
+        _start_background_demo(session.config._tmp_path_factory.getbasetemp())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """xdist's controller, once a worker has collected: the background demo starts if the
+    session runs its test."""
+    if DEMO_TEST in ids:
+        _start_background_demo(node.config._tmp_path_factory.getbasetemp())
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -232,6 +298,12 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture
-def demo_run(tmp_path):
-    """The README's demo with its defaults: the one started with the session, else a new one."""
-    return _BACKGROUND.get("demo") or DemoProcess(tmp_path)
+def demo_run(tmp_path, request):
+    """The README's demo with its defaults: the one started with the session (in this process,
+    or by xdist's controller: found in its folder), else a new one run in place."""
+    if "demo" in _BACKGROUND:
+        return _BACKGROUND["demo"]
+    started = request.config._tmp_path_factory.getbasetemp().parent / BACKGROUND_DEMO
+    if _in_worker(request.config) and (started / "demo.started").is_file():
+        return DemoResult(started)
+    return DemoProcess(tmp_path)
