@@ -320,7 +320,7 @@ def test_homoglyphs_and_invisible_characters_do_not_hide_a_copy(tmp_path):
 def test_look_alikes_of_other_scripts_do_not_hide_a_copy_at_the_exact_level(tmp_path):
     """Issue 43: small capitals and Latin alpha were found at no level, Armenian look-alikes
     and marks over letters only at the near level. The table comes from Unicode's
-    confusables data (platonic_core/confusables_table.py)."""
+    confusables data (platonic_core/confusables.json)."""
     corpus = ["a green cube left of a red ball", "a small yellow torus", "the blue cone on top", "two dogs in snow"]
     captions = [
         "ᴀ ɢʀᴇᴇɴ ᴄᴜʙᴇ ʟᴇꜰᴛ ᴏꜰ ᴀ ʀᴇᴅ ʙᴀʟʟ",  # Latin small capitals (prototypes themselves)

@@ -121,7 +121,7 @@ def test_normalize_text_removes_invisible_characters_and_folds_look_alikes():
 
 
 def test_look_alikes_fold_as_unicode_s_confusables_data_folds_them():
-    from platonic.core.confusables_table import CONFUSABLES
+    from platonic.core.matchnorm import CONFUSABLES
 
     assert normalize_text("ɢʀᴇᴇɴ ᴄᴜʙᴇ") == "green cube"  # small capitals, by name
     assert normalize_text("\u0251 red cube") == "a red cube"  # Latin alpha
@@ -140,27 +140,28 @@ def test_look_alikes_fold_as_unicode_s_confusables_data_folds_them():
 
 
 def test_the_confusables_table_is_what_its_generator_makes():
-    """platonic_core/confusables_table.py is generated (benchmarks/gen_confusables.py) from the
+    """platonic_core/confusables.json is generated (benchmarks/gen_confusables.py) from the
     `confusable-homoglyphs` package, which the runtime does not need: where the package is
-    installed, the committed table is the generator's output for that version."""
+    installed, the committed file is the generator's output for that version, byte for byte."""
     ch = pytest.importorskip("confusable_homoglyphs", reason="pip install confusable-homoglyphs==3.3.1")
     import importlib.metadata
     import sys
     import unicodedata
     from importlib.resources import files
 
-    from platonic.core import confusables_table as committed
+    from platonic.core.matchnorm import CONFUSABLES_DATA as committed
 
-    if f"confusable-homoglyphs {importlib.metadata.version('confusable-homoglyphs')}" != committed.SOURCE:
-        pytest.skip(f"another confusable-homoglyphs than the table's ({committed.SOURCE})")
-    if unicodedata.unidata_version != committed.UNIDATA_VERSION:
-        pytest.skip(f"Unicode {unicodedata.unidata_version}, not the table's {committed.UNIDATA_VERSION}")
+    version = importlib.metadata.version("confusable-homoglyphs")
+    if f"confusable-homoglyphs {version}" != committed["source"]:
+        pytest.skip(f"another confusable-homoglyphs than the table's ({committed['source']})")
+    if unicodedata.unidata_version != committed["unidata_version"]:
+        pytest.skip(f"Unicode {unicodedata.unidata_version}, not the table's {committed['unidata_version']}")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from gen_confusables import mark_ranges, table
+    from gen_confusables import OUT, document, render
 
     data = json.loads((files(ch.__name__) / "confusables.json").read_text("utf-8"))
-    assert committed.CONFUSABLES == table(data)
-    assert list(committed.MARK_RANGES) == mark_ranges()
+    assert OUT.read_text("utf-8") == render(document(data, version))
+    assert json.loads(render(document(data, version))) == committed
 
 
 def test_ascii_keys_are_unchanged_by_the_new_steps():
