@@ -59,9 +59,7 @@ def run_config(
 
     require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts (or imports MLflow)
-    where = store.check(cfg.out_dir)
-    if where.is_dir():  # a read-only store: one line now, not Prefect's traceback at the first write
-        store.require_writable(where, command)
+    where = store.check_for_writing(cfg.out_dir, f"{command} --out-dir COPY")
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server(where)  # before anything imports Prefect
     if only:  # its upstream must be cached: say so now, before Prefect or MLflow is imported
@@ -96,7 +94,7 @@ def ablate(
     abl, cells = load_ablation(str(recipe), list(sets), store.out_dir_sets(base_sets, out_dir), quick)
     for cell in cells:
         require_trusted(cell.cfg, trust_remote_code)
-    where = store.check(cells[0].cfg.out_dir)
+    where = store.check_for_writing(cells[0].cfg.out_dir, f"platonic ablate {recipe} --out-dir COPY")
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)
     services.embedded_defaults()

@@ -101,13 +101,23 @@ def check(out_dir: str | os.PathLike) -> Path:
     return path
 
 
-def require_writable(path: Path, command: str) -> None:
+def check_for_writing(out_dir: str | Path, rerun: str) -> Path:
+    """`check`, then `require_writable` where the store exists: for every command that records
+    itself in the store (run, demo, ablate, compare, match, caption, ingest, audit). `rerun`:
+    the user's command on a copy named COPY, for the line."""
+    where = check(out_dir)
+    if where.is_dir():  # a read-only store: one line now, not Prefect's traceback at the first write
+        require_writable(where, rerun)
+    return where
+
+
+def require_writable(path: Path, rerun: str) -> None:
     """ConfigError, one line, where a run could not write the existing store `path`: a run
     records itself there (its MLflow runs, runs/<id>/, the stages' locks) even when every
     stage is a cache hit, so on a read-only store (a shared results folder) it failed on the
     first of those writes, after Prefect had started, with a traceback. Said before anything
     starts, with what does work: the read-only commands, or a run on a writable copy.
-    `command`: the user's command, for the line."""
+    `rerun`: the user's command on a copy named COPY, for the line."""
     from platonic.core.durable import unwritable
 
     own_mlflow = not os.environ.get("MLFLOW_TRACKING_URI")
@@ -120,7 +130,7 @@ def require_writable(path: Path, command: str) -> None:
         f"out_dir {path}: the store is read-only here ({denied}); a run records itself in its store "
         "(MLflow runs, runs/<id>/, stage locks) even when every stage is cached. Read it as it is "
         f"(platonic lineage RUN_ID --out-dir {path}; results in {path / 'runs'}/<id>/results.json), "
-        f"or run on a writable copy: cp -a {path} COPY && {command} --out-dir COPY"
+        f"or run on a writable copy: cp -a {path} COPY && {rerun}"
     )
 
 

@@ -381,12 +381,30 @@ def _read_only_prefix(folder: Path) -> list[str]:
     return prefix
 
 
+# the CLI's commands, one after another in this one process: `@@ next` on stderr before each,
+# `rc N` after it
+_EACH_COMMAND = """
+import json, sys
+from platonic.flows.cli import app
+for args in json.loads(sys.argv[1]):
+    print("@@ next", file=sys.stderr, flush=True)
+    try:
+        app(args, prog_name="platonic")
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    print("rc", code, file=sys.stderr, flush=True)
+"""
+
+
 def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_line(tiny_copy, tmp_path):
     """Issue 43: a shared results folder, read-only, every stage cached. `platonic run` (every
     stage a hit, or --only evaluate) failed at `mlflow.db.lock` with Prefect's traceback, and
     `platonic lineage` with a traceback too. Reading works (the MLflow store opens for reading
     without its lock); a run, which records itself in the store, is refused before anything
-    starts: one `error:` line saying what to do, exit 2; nothing in the store changes."""
+    starts: one `error:` line saying what to do, exit 2; nothing in the store changes. So is
+    every other command that records itself there (ablate, compare, match, caption, audit,
+    ingest): before, they failed at their first write, each its own way."""
     out = tiny_copy(tmp_path / "out")
     # the pipeline's run (the session's store holds other flows' runs too: caption, ...)
     results = {r.parent.name: json.loads(r.read_text()) for r in (out / "runs").glob("*/results.json")}
@@ -417,6 +435,25 @@ def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_
         p = cli("lineage", run_id, "--out-dir", str(out))
         assert p.returncode == 0, p.stderr
         assert "evaluate  run" in p.stdout and "train:good  run" in p.stdout, p.stdout
+        # every other command that records itself in the store: the same line, in one child
+        # (a process per command is seconds of imports each)
+        commands = [
+            ["ablate", str(ROOT / "configs" / "table7.yaml"), "--quick", "--base-set", f"out_dir={out}"],
+            ["compare", str(ROOT / "configs" / "compare_tiny.yaml"), "--set", f"out_dir={out}"],
+            ["match", str(ROOT / "configs" / "match_world.yaml"), "--set", f"out_dir={out}"],
+            ["caption", str(ROOT / "configs" / "caption_tiny.yaml"), "--set", f"out_dir={out}"],
+            ["audit", "--corpus", str(out / "artifacts"), "--eval", "wit_1024", "--out-dir", str(out)],
+            ["ingest", str(TINY), "--format", "jsonl", "--out-dir", str(out)],
+        ]
+        cmd = [*prefix, sys.executable, "-c", _EACH_COMMAND, json.dumps(commands)]
+        p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        said = [block.strip().splitlines() for block in p.stderr.split("@@ next\n")[1:]]
+        assert len(said) == len(commands), p.stderr[-3000:]
+        for args, lines in zip(commands, said, strict=True):
+            assert len(lines) == 2 and lines[-1] == "rc 2", (args[0], lines)  # one line, exit 2
+            error = lines[0]
+            assert error.startswith(f"error: out_dir {out}: the store is read-only"), (args[0], error)
+            assert f"cp -a {out} COPY && platonic {args[0]} " in error, error
         assert listing() == before
     finally:
         for f in [out, *out.rglob("*")]:

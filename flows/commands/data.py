@@ -67,7 +67,7 @@ def ingest(
             *sets,
         ]
         cfg = load_config(config, store.out_dir_sets(overrides, out_dir))
-        store.say(store.check(cfg.out_dir))
+        store.say(store.check_for_writing(cfg.out_dir, "platonic ingest SOURCE... --out-dir COPY"))
         from platonic.core.data.shard_paths import check_sources
 
         # a local path that names nothing (or no shard): one line now, not after Prefect and MLflow start
@@ -267,7 +267,7 @@ def audit(
             cfg = AuditConfig.model_validate(raw)
         except ValidationError as e:
             raise ConfigError(_format_validation_error(e, "audit")) from None
-        where = store.check(cfg.out_dir)
+        where = store.check_for_writing(cfg.out_dir, "platonic audit --corpus ... --eval ... --out-dir COPY")
         store.say(where)
         services.embedded_defaults()
         where.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ def compare(
     with _reported_errors():
         cfg = load_config(config, store.out_dir_sets(sets), model=CompareConfig)
         require_trusted(cfg, trust_remote_code)
-        where = store.check(cfg.out_dir)
+        where = store.check_for_writing(cfg.out_dir, f"platonic compare {config} --set out_dir=COPY")
         store.say(where)
         services.embedded_defaults()
         services.choose_prefect_server(where)
@@ -75,7 +75,7 @@ def match(
         cfg = load_config(config, store.out_dir_sets(sets), model=ClassMatchConfig)
         # a bad base recipe or model name fails here, before Prefect starts
         require_trusted([cfg, match_base(cfg)], trust_remote_code)
-        where = store.check(cfg.out_dir)
+        where = store.check_for_writing(cfg.out_dir, f"platonic match {config} --set out_dir=COPY")
         store.say(where)
         services.embedded_defaults()
         services.choose_prefect_server(where)
@@ -135,7 +135,7 @@ def caption(
     with _reported_errors():
         cfg, base = load_caption(recipe, store.out_dir_sets(sets), base_sets)
         require_trusted([cfg, base], trust_remote_code)
-        where = store.check(cfg.out_dir)
+        where = store.check_for_writing(cfg.out_dir, f"platonic caption {recipe} --set out_dir=COPY")
         from platonic.core.stages import caption_instances
 
         known = {i.stage for i in caption_instances(cfg)} | {i.id for i in caption_instances(cfg)}
