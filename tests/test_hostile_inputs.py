@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import platonic_cli, quiet_env
 from test_corpus import _tar  # one tar writer for the reader tests
 
 from platonic.core.config import IngestConfig
@@ -605,6 +606,33 @@ def test_a_gzip_bombed_idx_file_is_refused_in_bounded_memory(tmp_path):
     (tmp_path / "cut.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(MatchDataError, match="cut.gz"):
         read_idx(tmp_path / "cut.gz")
+
+
+@pytest.mark.e2e  # the CLI, a real match flow
+def test_a_gzip_bomb_under_platonic_match_is_one_error_line_and_the_traceback_in_the_log(prefect_harness, tmp_path):
+    """Issue 43 item 8: `platonic match` over a gzip-bombed Fashion-MNIST folder refused it
+    after 148 lines and 2 tracebacks (Prefect logs a failed task's exception, then the flow's).
+    Now as `run` does: the state changes and one `error:` line naming the refusal and the full
+    log under the store, which holds the tracebacks."""
+    from prefect.settings import PREFECT_API_URL
+
+    data = tmp_path / "fashion"
+    data.mkdir()
+    header = bytes([0, 0, 8, 3]) + b"".join(d.to_bytes(4, "big") for d in (40, 28, 28))
+    _gzip_bomb(data / "t10k-images-idx3-ubyte.gz", header, 16 << 20)
+    labels = bytes([0, 0, 8, 1]) + (40).to_bytes(4, "big") + bytes(range(10)) * 4
+    (data / "t10k-labels-idx1-ubyte").write_bytes(labels)
+    out = tmp_path / "out"
+    env = {**quiet_env(tmp_path), "PREFECT_API_URL": PREFECT_API_URL.value()}  # the session's server
+    sets = ["--set", f"data.path={data}", "--set", f"out_dir={out}"]
+    p = platonic_cli("match", "match_fashion", *sets, cwd=tmp_path, env=env)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    (error,) = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert "holds more than" in error and "t10k-images-idx3-ubyte.gz" in error, error
+    log = Path(error.split("; full log: ")[1])
+    assert log.parent == out / "logs"
+    assert "Traceback" in log.read_text() and "MatchDataError" in log.read_text()
 
 
 # ---- issue 33's metric class: no silent non-number or tie-breaking score, no traceback ---------

@@ -12,7 +12,7 @@ import typer
 
 from platonic.core.config import ConfigError, load_config
 
-from .. import services, store
+from .. import runlog, services, store
 from .common import _reported_errors, fail
 
 
@@ -67,7 +67,8 @@ def ingest(
             *sets,
         ]
         cfg = load_config(config, store.out_dir_sets(overrides, out_dir))
-        store.say(store.check_for_writing(cfg.out_dir, "platonic ingest SOURCE... --out-dir COPY"))
+        where = store.check_for_writing(cfg.out_dir, "platonic ingest SOURCE... --out-dir COPY")
+        store.say(where)
         from platonic.core.data.shard_paths import check_sources
 
         # a local path that names nothing (or no shard): one line now, not after Prefect and MLflow start
@@ -76,6 +77,8 @@ def ingest(
         from platonic.core.contract import IncompleteArtifact
 
         from ..standalone import run_ingest
+
+        runlog.start(where)  # the full log in the store; the terminal without tracebacks
 
         try:
             m, failed = run_ingest(cfg, out, force), None
@@ -273,6 +276,8 @@ def audit(
         where.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..standalone import run_audit
+
+            runlog.start(where)
 
             results = run_audit(cfg.model_dump(mode="json"), force=force)
     if as_json:

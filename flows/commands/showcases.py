@@ -12,7 +12,7 @@ import typer
 
 from platonic.core.config import ConfigError, load_config, require_trusted
 
-from .. import services, store
+from .. import runlog, services, store
 from .common import _reported_errors, fail
 
 
@@ -41,6 +41,8 @@ def compare(
         where.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..compare import compare_flow
+
+            runlog.start(where)  # the full log in the store; the terminal without tracebacks
 
             results = compare_flow(cfg.model_dump(mode="json"))
     if as_json:
@@ -82,6 +84,8 @@ def match(
         where.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..match import match_flow
+
+            runlog.start(where)  # the full log in the store; the terminal without tracebacks
 
             results = match_flow(cfg.model_dump(mode="json"))
     if as_json:
@@ -151,6 +155,8 @@ def caption(
         services.choose_prefect_server(where)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             from ..caption import caption_flow
+
+            runlog.start(where)  # the full log in the store; the terminal without tracebacks
 
             results = caption_flow(
                 cfg.model_dump(mode="json"), base.model_dump(mode="json") if base else None, force=force or None
