@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from platonic.core.config import PipelineConfig, load_config, require_trusted
+from platonic.core.config import ConfigError, PipelineConfig, load_config, require_trusted
 
 from . import runlog, services, store
 
@@ -59,6 +59,7 @@ def run_config(
 
     require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts (or imports MLflow)
+    require_packages(cfg)
     where = store.check_for_writing(cfg.out_dir, f"{command} --out-dir COPY")
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server(where)  # before anything imports Prefect
@@ -75,6 +76,15 @@ def run_config(
     runlog.start(where)  # after Prefect's logging is set up (at its import), before the flow
 
     return pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=list(force) or None)
+
+
+def require_packages(cfg: PipelineConfig) -> None:
+    """ConfigError, one line, when the recipe turns on something whose package is not
+    installed (before, the stage that imports it failed after Prefect's server had started)."""
+    from platonic.core.config.packages import missing_packages
+
+    if missing := missing_packages(cfg):
+        raise ConfigError(f"the recipe needs packages that are not installed: {'; '.join(missing)}")
 
 
 def ablate(
@@ -94,6 +104,7 @@ def ablate(
     abl, cells = load_ablation(str(recipe), list(sets), store.out_dir_sets(base_sets, out_dir), quick)
     for cell in cells:
         require_trusted(cell.cfg, trust_remote_code)
+        require_packages(cell.cfg)
     where = store.check_for_writing(cells[0].cfg.out_dir, f"platonic ablate {recipe} --out-dir COPY")
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)

