@@ -185,6 +185,46 @@ def platonic_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Compl
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+# the CLI's commands one after another in ONE process (typer's CliRunner): a process per case
+# is seconds of imports each; per case its exit code, output and the `heavy` modules it imported
+_CLI_TABLE = """
+import json, sys
+from typer.testing import CliRunner
+
+heavy = set(json.loads(sys.argv[1]))
+cases = json.loads(sys.argv[2])
+loaded = lambda: sorted(heavy & {m.split(".")[0] for m in sys.modules})
+from platonic.flows.cli import app
+out = {"cli": loaded()}
+for cid, args in cases:
+    before = set(loaded())
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    out[cid] = {"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
+                "imported": sorted(set(loaded()) - before), "raised": repr(r.exception)}
+with open(sys.argv[3], "w") as f:
+    json.dump(out, f)
+"""
+
+
+def cli_table(
+    cases: list, cwd: Path, env: dict[str, str], heavy: set[str] = frozenset(), prefix: tuple[str, ...] = ()
+) -> dict:
+    """{case id: {code, stdout, stderr, imported, raised}} of each (id, argv) run through the
+    CLI in one child process started with `prefix` (e.g. setpriv), in `cwd`; "cli": the `heavy`
+    modules importing the CLI itself brought in."""
+    result = cwd / "cli-table.json"
+    p = subprocess.run(
+        [*prefix, sys.executable, "-c", _CLI_TABLE, json.dumps(sorted(heavy)), json.dumps(cases), str(result)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    return json.loads(result.read_text())
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (a child that printed its pid): what a killed
     producer leaves in a scratch folder's name."""

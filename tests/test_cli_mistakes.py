@@ -8,15 +8,13 @@ it brought in."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cli_table
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 RUN_ID = "0123456789abcdef0123456789abcdef"  # well formed, in no store
@@ -68,24 +66,6 @@ CASES = [
     ("lineage-no-store", ["lineage", RUN_ID, "--out-dir", "nostore"], 2, "no store at"),
 ]
 
-DRIVER = """
-import json, sys
-from typer.testing import CliRunner
-
-heavy = set(json.loads(sys.argv[1]))
-cases = json.loads(sys.argv[2])
-loaded = lambda: sorted(heavy & {m.split(".")[0] for m in sys.modules})
-from platonic.flows.cli import app
-out = {"cli": loaded()}
-for cid, args in cases:
-    before = set(loaded())
-    r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
-    out[cid] = {"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
-                "imported": sorted(set(loaded()) - before), "raised": repr(r.exception)}
-with open(sys.argv[3], "w") as f:
-    json.dump(out, f)
-"""
-
 
 @pytest.fixture(scope="module")
 def mistakes(tmp_path_factory) -> dict:
@@ -102,17 +82,7 @@ def mistakes(tmp_path_factory) -> dict:
     (root / "blank.yaml").write_text("# nothing set yet\n")
     (root / "store" / "artifacts").mkdir(parents=True)  # a store (no MLflow database in it)
     env = {k: v for k, v in os.environ.items() if k not in ("PLATONIC_OUT_DIR", "MLFLOW_TRACKING_URI")}
-    result = root / "result.json"
-    p = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(sorted(HEAVY)), json.dumps([c[:2] for c in CASES]), str(result)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr
-    out = json.loads(result.read_text())
+    out = cli_table([c[:2] for c in CASES], root, env, heavy=HEAVY)
     out["root"] = str(root)
     return out
 

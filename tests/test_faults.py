@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import platonic_cli, quiet_env
+from conftest import cli_table, platonic_cli, quiet_env
 from mlflow.tracking import MlflowClient
 
 from platonic.core.artifacts import Manifest, committed, verify
@@ -381,22 +381,6 @@ def _read_only_prefix(folder: Path) -> list[str]:
     return prefix
 
 
-# the CLI's commands, one after another in this one process: `@@ next` on stderr before each,
-# `rc N` after it
-_EACH_COMMAND = """
-import json, sys
-from platonic.flows.cli import app
-for args in json.loads(sys.argv[1]):
-    print("@@ next", file=sys.stderr, flush=True)
-    try:
-        app(args, prog_name="platonic")
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    print("rc", code, file=sys.stderr, flush=True)
-"""
-
-
 def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_line(tiny_copy, tmp_path):
     """Issue 43: a shared results folder, read-only, every stage cached. `platonic run` (every
     stage a hit, or --only evaluate) failed at `mlflow.db.lock` with Prefect's traceback, and
@@ -435,8 +419,7 @@ def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_
         p = cli("lineage", run_id, "--out-dir", str(out))
         assert p.returncode == 0, p.stderr
         assert "evaluate  run" in p.stdout and "train:good  run" in p.stdout, p.stdout
-        # every other command that records itself in the store: the same line, in one child
-        # (a process per command is seconds of imports each)
+        # every other command that records itself in the store: the same line (one child, cli_table)
         commands = [
             ["ablate", str(ROOT / "configs" / "table7.yaml"), "--quick", "--base-set", f"out_dir={out}"],
             ["compare", str(ROOT / "configs" / "compare_tiny.yaml"), "--set", f"out_dir={out}"],
@@ -445,12 +428,11 @@ def test_a_read_only_store_is_read_by_read_commands_and_refused_by_a_run_in_one_
             ["audit", "--corpus", str(out / "artifacts"), "--eval", "wit_1024", "--out-dir", str(out)],
             ["ingest", str(TINY), "--format", "jsonl", "--out-dir", str(out)],
         ]
-        cmd = [*prefix, sys.executable, "-c", _EACH_COMMAND, json.dumps(commands)]
-        p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-        said = [block.strip().splitlines() for block in p.stderr.split("@@ next\n")[1:]]
-        assert len(said) == len(commands), p.stderr[-3000:]
-        for args, lines in zip(commands, said, strict=True):
-            assert len(lines) == 2 and lines[-1] == "rc 2", (args[0], lines)  # one line, exit 2
+        said = cli_table([[args[0], args] for args in commands], tmp_path, env, prefix=tuple(prefix))
+        for args in commands:
+            r = said[args[0]]
+            lines = [ln for ln in r["stderr"].splitlines() if ln.strip()]
+            assert len(lines) == 1 and r["code"] == 2, (args[0], r)  # one line, exit 2
             error = lines[0]
             assert error.startswith(f"error: out_dir {out}: the store is read-only"), (args[0], error)
             assert f"cp -a {out} COPY && platonic {args[0]} " in error, error
