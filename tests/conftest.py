@@ -40,6 +40,7 @@ E2E_FIXTURES = {"prefect_harness", "tiny_run", "wordnet_tiny_run"}
 LONGEST_FILES = [
     "tests/test_ablate_cli.py",
     "tests/test_faults.py",
+    "tests/test_signals.py",
     "tests/test_train_scale.py",
     "tests/test_caption_flow.py",
     "tests/test_fanout.py",
@@ -177,6 +178,43 @@ def quiet_env(tmp_path: Path) -> dict[str, str]:
     the default MLflow store under out_dir, one thread."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API"))}
     return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), "OMP_NUM_THREADS": "1"}
+
+
+TINY = REPO / "configs" / "tiny.yaml"
+
+
+def run_tiny(out_dir: Path, sets: tuple[str, ...] = ()) -> dict:
+    """configs/tiny.yaml through the pipeline flow in this process, into `out_dir` (the
+    session's Prefect server): the flow's results."""
+    from platonic.core.config import load_config
+    from platonic.flows.pipeline import pipeline
+
+    return pipeline(load_config(TINY, [f"out_dir={out_dir}", *sets]).model_dump(mode="json"))
+
+
+def executed(res: dict) -> set[str]:
+    """Stage instances this flow run executed (not cache hits)."""
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(res["tracking_uri"])
+    parent = c.get_run(res["run_id"])
+    kids = c.search_runs([parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{res['run_id']}'")
+    return {r.data.tags["platonic.stage_instance"] for r in kids if r.data.tags["platonic.cache_hit"] == "false"}
+
+
+def scores(res: dict) -> dict:
+    """What a rerun must reproduce: every model's score, interval and layers, and the oracles
+    (not the ids of the MLflow runs that produced them)."""
+    models = {m: {k: v for k, v in row.items() if not k.endswith("_run_id")} for m, row in res["models"].items()}
+    return {"models": models, "ceilings": res["ceilings"]}
+
+
+def artifact(out: Path, instance: str) -> Path:
+    """The one committed artifact folder of a stage instance in out_dir's store."""
+    from platonic.core.artifacts import committed
+
+    (folder,) = committed(out / "artifacts" / instance.replace(":", "/"))[0]
+    return folder
 
 
 def platonic_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_table
 
 pytestmark = pytest.mark.e2e  # CLI subprocesses running real flows
 
@@ -102,35 +103,52 @@ def test_efficiency_rotation_and_scaling_are_reported(quick):
     assert sc["interval"][0] < sc["prediction"] < sc["interval"][1]
 
 
-def test_table_reads_the_grid_back_from_mlflow(quick):
+@pytest.fixture(scope="module")
+def answers(quick):
+    """The read commands over the grid as a user types them in its folder, in one child process
+    (conftest.cli_table: a process per command is seconds of imports each)."""
     d, res = quick
-    p = platonic(d, "table", "table7", "--json")
-    assert p.returncode == 0, p.stderr[-2000:]
-    back = json.loads(p.stdout)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PREFECT_API_URL", None)
+    cases = [
+        ["table --json", ["table", "table7", "--json"]],
+        ["table", ["table", "table7"]],
+        ["forecast good", ["forecast", "table7", "--model", "good", "--json"]],
+        ["forecast bad", ["forecast", "table7", "--model", "bad"]],
+        ["table missing", ["table", "no_such_experiment"]],
+        ["lineage", ["lineage", res["run_id"], "--json"]],
+    ]
+    return cli_table(cases, d, env)
+
+
+def test_table_reads_the_grid_back_from_mlflow(quick, answers):
+    _, res = quick
+    p = answers["table --json"]
+    assert p["code"] == 0, p["stderr"][-2000:]
+    back = json.loads(p["stdout"])
     assert back["run_id"] == res["run_id"]
     assert back["table"]["mutual_knn"] == res["summary"]["table"]["mutual_knn"]
-    p = platonic(d, "table", "table7")
-    assert "two recaptions" in p.stdout and "good views" in p.stdout and p.returncode == 0
+    p = answers["table"]
+    assert "two recaptions" in p["stdout"] and "good views" in p["stdout"] and p["code"] == 0
 
 
-def test_forecast_predicts_the_held_out_budget(quick):
-    d, res = quick
-    p = platonic(d, "forecast", "table7", "--model", "good", "--json")
-    assert p.returncode == 0, p.stderr[-2000:]
-    f = json.loads(p.stdout)
+def test_forecast_predicts_the_held_out_budget(quick, answers):
+    _, res = quick
+    p = answers["forecast good"]
+    assert p["code"] == 0, p["stderr"][-2000:]
+    f = json.loads(p["stdout"])
     assert f["row"] == "recaptions" and len(f["actual"]) == 2 and f["samples"] not in f["fitted_budgets"]
     assert f["prediction"] == pytest.approx(res["summary"]["scaling"]["prediction"])
-    p = platonic(d, "forecast", "table7", "--model", "bad")
-    assert p.returncode == 2 and "scaling" in p.stderr  # one budget only: a clear error
-    p = platonic(d, "table", "no_such_experiment")
-    assert p.returncode == 1 and "no MLflow experiment" in p.stderr
+    p = answers["forecast bad"]
+    assert p["code"] == 2 and "scaling" in p["stderr"]  # one budget only: a clear error
+    p = answers["table missing"]
+    assert p["code"] == 1 and "no MLflow experiment" in p["stderr"]
 
 
-def test_lineage_of_the_ablation_reaches_every_cell_and_the_world(quick):
-    d, res = quick
-    p = platonic(d, "lineage", res["run_id"], "--json")
-    assert p.returncode == 0, p.stderr[-2000:]
-    tree = json.loads(p.stdout)
+def test_lineage_of_the_ablation_reaches_every_cell_and_the_world(answers):
+    p = answers["lineage"]
+    assert p["code"] == 0, p["stderr"][-2000:]
+    tree = json.loads(p["stdout"])
     assert tree["stage"] == "ablation"
     stages = set()
 

@@ -10,50 +10,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import cli_table, platonic_cli, quiet_env
+from conftest import TINY, artifact, cli_table, executed, platonic_cli, quiet_env, run_tiny, scores
 from mlflow.tracking import MlflowClient
 
-from platonic.core.artifacts import Manifest, committed, verify
+from platonic.core.artifacts import Manifest, verify
 from platonic.core.config import load_config
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "tiny.yaml"
-
-
-def run_flow(out_dir: Path, sets: tuple[str, ...] = ()) -> dict:
-    from platonic.flows.pipeline import pipeline
-
-    return pipeline(load_config(TINY, [f"out_dir={out_dir}", *sets]).model_dump(mode="json"))
-
-
-def executed(res: dict) -> set[str]:
-    """Stage instances this flow run executed (not cache hits)."""
-    c = MlflowClient(res["tracking_uri"])
-    parent = c.get_run(res["run_id"])
-    kids = c.search_runs([parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{res['run_id']}'")
-    return {r.data.tags["platonic.stage_instance"] for r in kids if r.data.tags["platonic.cache_hit"] == "false"}
-
-
-def scores(res: dict) -> dict:
-    """What a rerun must reproduce: every model's score, interval and layers, and the oracles
-    (not the ids of the MLflow runs that produced them)."""
-    models = {m: {k: v for k, v in row.items() if not k.endswith("_run_id")} for m, row in res["models"].items()}
-    return {"models": models, "ceilings": res["ceilings"]}
-
-
-def artifact(out: Path, instance: str) -> Path:
-    """The one committed artifact folder of a stage instance in out_dir's store."""
-    (folder,) = committed(out / "artifacts" / instance.replace(":", "/"))[0]
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +51,7 @@ def test_corrupt_cached_artifacts_are_detected_and_rebuilt(tiny_copy, reference,
         data[len(data) // 2] ^= 0xFF  # one flipped byte, same size
         path.write_bytes(bytes(data))
         assert verify(Manifest.read(path.parent)) == f"{name} changed after it was committed (sha256 differs)"
-        again = run_flow(out)
+        again = run_tiny(out)
         assert instance in executed(again), f"corrupt {instance}/{name} was used as a cache hit"
         assert scores(again) == scores(reference), instance
         assert verify(Manifest.read(artifact(out, instance))) is None
@@ -95,70 +65,25 @@ def test_missing_and_added_files_fail_verification(tiny_copy, tmp_path):
     (folder / "stray.txt").unlink()
     (folder / "meta.json").unlink()
     assert verify(Manifest.read(folder)) == "meta.json is missing"
-    assert "views" in executed(run_flow(out))
+    assert "views" in executed(run_tiny(out))
 
 
 def test_copied_out_dir_reads_its_own_files(reference, tmp_path):
     src = tmp_path / "src"
-    run_flow(src)
+    run_tiny(src)
     dst = tmp_path / "dst"
     shutil.copytree(src, dst)
     shutil.rmtree(src / "artifacts")  # were the copy to read the original's files, this breaks it
     for m in (dst / "artifacts").rglob("manifest.json"):
         assert not Path(json.loads(m.read_text())["uri"]).is_absolute(), m
         assert Manifest.read(m.parent).path == m.parent.resolve()
-    again = run_flow(dst)
+    again = run_tiny(dst)
     assert executed(again) == set()
     assert scores(again) == scores(reference)
     # MLflow's artifact locations moved with it: the rerun's results are logged into the copy
     c = MlflowClient(again["tracking_uri"])
     assert c.get_run(again["run_id"]).info.artifact_uri.startswith((dst / "mlartifacts").resolve().as_uri())
     assert not list((src / "mlartifacts").rglob(f"*{again['run_id']}*"))
-
-
-def _cli_run(out: Path) -> subprocess.Popen:
-    """`platonic run` on the tiny recipe as a user starts it, against the session's Prefect
-    server (not a temporary one: that start is not what is tested here)."""
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_API_URL": PREFECT_API_URL.value()}
-    return subprocess.Popen(
-        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={out}"],
-        cwd=out.parent,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: SIGKILL reaches the run and its children
-    )
-
-
-# in execution order, one per kind of work (generated data, resumable positives, training,
-# scoring); each kill lands just after that stage's artifact is committed, while the
-# next stage runs
-BOUNDARIES = ["world", "positives", "train:good", "ceiling"]
-
-
-def test_sigkill_at_every_stage_boundary_then_rerun_gives_the_same_results(reference, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    for boundary in BOUNDARIES:
-        store = out / "artifacts" / boundary.replace(":", "/")
-        proc = _cli_run(out)
-        deadline = time.monotonic() + 300
-        try:
-            # committed: a folder under its final name; a staging folder (`.<key>.tmp-…`) holds
-            # its manifest a moment before the rename, and a kill there commits nothing
-            while not committed(store)[0]:
-                assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {boundary} committed"
-                assert time.monotonic() < deadline, f"{boundary} not committed within 300 s"
-                time.sleep(0.02)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    again = run_flow(out)
-    assert not set(BOUNDARIES) & executed(again)  # what was committed before a kill is reused
-    assert scores(again) == scores(reference)
-    assert scores(json.loads((Path(again["output_dir"]) / "results.json").read_text())) == scores(reference)
 
 
 def test_a_disk_that_fills_during_ingest_then_grows_reruns_cleanly(tmp_path):
@@ -217,154 +142,6 @@ def test_a_failed_stage_is_one_error_line_on_the_terminal_and_its_traceback_in_t
         assert "Traceback" in text and "DiskFullError" in text
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def _cli_run_reading_stderr(out: Path, sets: list[str]) -> tuple[subprocess.Popen, list[str]]:
-    """`_cli_run` with extra `--set`s, its stderr collected line by line (tqdm's carriage
-    returns split lines too) by a thread while it runs."""
-    import threading
-
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_API_URL": PREFECT_API_URL.value()}
-    args = [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={out}"]
-    proc = subprocess.Popen(
-        [*args, *(a for s in sets for a in ("--set", s))],
-        cwd=out.parent,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches a job
-    )
-    lines: list[str] = []
-
-    def read() -> None:
-        buf = ""
-        for ch in iter(lambda: proc.stderr.read(1), ""):
-            if ch in "\r\n":
-                lines.append(buf)
-                buf = ""
-            else:
-                buf += ch
-
-    threading.Thread(target=read, daemon=True).start()
-    return proc, lines
-
-
-def _wait_for(proc: subprocess.Popen, what: str, until, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.02)
-
-
-STOPPABLE = ["train.models.good.steps=600", "train.models.good.checkpoint_every=800"]  # a checkpoint every 50 steps
-
-
-def _signal_during_training(out: Path, send) -> tuple[int, list[str], float, Path]:
-    """Start the tiny run (STOPPABLE), `send(pid)` once train:good has written a checkpoint:
-    (exit code, stderr lines, seconds from the signal to the exit, the checkpoints folder)."""
-    ckpts = out / "checkpoints" / "train-good"
-    proc, lines = _cli_run_reading_stderr(out, STOPPABLE)
-    try:
-        _wait_for(proc, "a training checkpoint", lambda: any(ckpts.glob("*/step_*")))
-        send(proc.pid)
-        t0 = time.monotonic()
-        rc = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    return rc, lines, time.monotonic() - t0, ckpts
-
-
-def _stopped_at(ckpts: Path) -> int:
-    (state,) = ckpts.glob("*")
-    return max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
-
-
-def _statuses(out: Path) -> tuple[MlflowClient, dict[tuple[str, str], str]]:
-    """(client, {(run name, stage instance or "parent"): status}) of every MLflow run in `out`."""
-    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
-    return c, {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
-
-
-def test_sigint_during_training_stops_the_run_keeps_its_checkpoint_and_marks_runs_killed(prefect_harness, tmp_path):
-    """Ctrl-C (SIGINT to the CLI's process group) while train:good trains: exit 130 within
-    seconds, one `error: interrupted` line, the parent run and the train:good run KILLED (read
-    with the real MlflowClient), the training state kept. A rerun resumes from it; Ctrl-C
-    twice during that rerun exits at once. A last run finishes from the checkpoint."""
-    out = tmp_path / "out"
-    out.mkdir()
-    rc, lines, took, ckpts = _signal_during_training(out, lambda pid: os.killpg(pid, signal.SIGINT))
-    assert rc == 130, lines[-20:]
-    assert took < 30
-    errors = [ln for ln in lines if ln.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: interrupted: train:good stopped at step"), lines[-20:]
-    stopped_at = _stopped_at(ckpts)
-    assert 50 <= stopped_at < 600
-    assert not list((out / "artifacts" / "train" / "good").glob("*/manifest.json"))  # nothing committed for it
-
-    c, status = _statuses(out)
-    assert status.pop(("train:good", "train:good")) == "KILLED"
-    parents = [s for (name, inst), s in status.items() if inst == "parent"]
-    assert parents == ["KILLED"]
-    assert set(status.values()) == {"FINISHED", "KILLED"} and not any(s == "RUNNING" for s in status.values())
-
-    # the rerun resumes; Ctrl-C twice exits at once, with the runs it leaves closed by the next run
-    proc, lines = _cli_run_reading_stderr(out, STOPPABLE)
-    try:
-        _wait_for(proc, "train:good resuming", lambda: any("train:good" in ln and "running" in ln for ln in lines))
-        left_to_train = f"/{600 - stopped_at} ["  # tqdm counts the steps left: it resumed there
-        _wait_for(proc, "training steps", lambda: any(left_to_train in ln for ln in lines))
-        os.killpg(proc.pid, signal.SIGINT)
-        _wait_for(proc, "the first Ctrl-C's line", lambda: any("interrupted: stopping the run" in ln for ln in lines))
-        os.killpg(proc.pid, signal.SIGINT)
-        t1 = time.monotonic()
-        rc = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert rc == 130 and time.monotonic() - t1 < 5, lines[-20:]
-    assert "error: interrupted twice: exiting now" in lines, lines[-20:]
-
-    again = run_flow(out, tuple(STOPPABLE))
-    m = Manifest.read(artifact(out, "train:good"))
-    assert m.stats["resumed_from_step"] >= stopped_at
-    assert "train:good" in executed(again) and again["models"]["good"]["train_run_id"] == m.producer_run_id
-    assert not list(ckpts.glob("*"))  # committed: the training state is gone
-    left = c.search_runs([e.experiment_id for e in c.search_experiments()], "attributes.status = 'RUNNING'")
-    assert left == []  # the runs the double Ctrl-C left RUNNING were marked KILLED by the last run
-
-
-def test_sigterm_during_training_stops_the_run_like_ctrl_c_and_exits_143(prefect_harness, tmp_path):
-    """Issue 43 (row 43.7): SIGTERM to the CLI's process alone (what a scheduler, a container
-    stop or a Prefect worker's cancel sends) while train:good trains. Before: exit 143 at once,
-    no line, the runs FAILED, nothing saved past the last periodic checkpoint. Now as Ctrl-C:
-    one `error: terminated:` line, exit 143, the runs KILLED, the state saved at the stop, and
-    a rerun resumes from it."""
-    out = tmp_path / "out"
-    out.mkdir()
-    rc, lines, took, ckpts = _signal_during_training(out, lambda pid: os.kill(pid, signal.SIGTERM))
-    assert rc == 143, lines[-20:]
-    assert took < 30
-    assert any("terminated (SIGTERM): stopping the run" in ln for ln in lines), lines[-20:]  # after tqdm's bar
-    errors = [ln for ln in lines if ln.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: terminated: train:good stopped at step"), lines[-20:]
-    stopped_at = _stopped_at(ckpts)
-    assert 50 <= stopped_at < 600 and f"stopped at step {stopped_at} of 600" in errors[0]  # saved at the stop
-
-    _, status = _statuses(out)
-    assert status.pop(("train:good", "train:good")) == "KILLED"
-    assert [s for (name, inst), s in status.items() if inst == "parent"] == ["KILLED"]
-    assert set(status.values()) == {"FINISHED", "KILLED"}
-
-    again = run_flow(out, tuple(STOPPABLE))
-    m = Manifest.read(artifact(out, "train:good"))
-    assert m.stats["resumed_from_step"] == stopped_at
-    assert "train:good" in executed(again)
 
 
 def _read_only_prefix(folder: Path) -> list[str]:
