@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,47 @@ def test_two_processes_initialise_one_fresh_store(tmp_path, monkeypatch):
 def _tables(db: Path, like: str) -> list[str]:
     with sqlite3.connect(db) as con:
         return [r[0] for r in con.execute("select name from sqlite_master where type='table' and name like ?", (like,))]
+
+
+def _store_contents(db: Path) -> dict:
+    """What a store holds besides its times: its schema (every table and index) and rows."""
+    with closing(sqlite3.connect(db)) as con:
+        schema = sorted(con.execute("select type, name, sql from sqlite_master where name not like 'sqlite_%'"))
+        rows = {t: sorted(con.execute(f'select * from "{t}"')) for (kind, t, _) in schema if kind == "table"}
+    rows["experiments"] = [r[:4] + r[6:] for r in rows["experiments"]]  # without creation/update times
+    return {"schema": schema, "rows": rows}
+
+
+def test_a_new_store_is_a_copy_of_the_one_mlflow_makes(tmp_path, monkeypatch):
+    """A new out_dir's store is a copy of an empty store MLflow made once, kept in the user's
+    cache (3.2 s of migrations at every new store before): its schema, revision and rows are
+    what MLflow makes in the same folder (the Default experiment's artifact location under the
+    working folder, not where the template was made); a template that is not whole is made again."""
+    from mlflow.tracking import MlflowClient
+
+    from platonic.tasks import tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    made_by_mlflow = tmp_path / "mlflow-made.db"
+    MlflowClient(f"sqlite:///{made_by_mlflow}").search_experiments()
+    assert not (tmp_path / "cache").exists()  # nothing cached yet
+
+    for name in ("a", "b"):
+        c = tracking.client(tmp_path / name)
+        assert c.get_experiment("0").artifact_location == str(tmp_path / "mlruns" / "0")
+        assert _store_contents(tmp_path / name / "mlflow.db") == _store_contents(made_by_mlflow)
+    (template,) = (tmp_path / "cache" / "platonic").glob("mlflow-*-empty.db")
+    made = template.stat().st_mtime_ns
+    run = c.create_run(tracking.experiment_id(c, "copied", tmp_path / "b"))  # a store to write to
+    tracking.log_metrics(c, run.info.run_id, {"x": 1.0})
+    assert c.get_run(run.info.run_id).data.metrics == {"x": 1.0}
+    assert template.stat().st_mtime_ns == made  # "b" was a copy; the template is never written
+
+    template.write_bytes(template.read_bytes()[:4096])  # cut short: made again
+    tracking.client(tmp_path / "c")
+    assert _store_contents(tmp_path / "c" / "mlflow.db") == _store_contents(made_by_mlflow)
 
 
 def test_half_migrated_store_recovers(tmp_path, monkeypatch):
