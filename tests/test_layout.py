@@ -121,5 +121,5 @@ def test_ci_runs_the_readme_test_command():
         ("lint", "lint"),
         ("tests", "pytest"),
         ("stack-install", "stack_install"),
-        ("stack", "pytest -m stack"),
+        ("stack", "pytest -m stack -n 0"),
     ]
