@@ -226,6 +226,153 @@ def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack):
     assert len(results) == 2 and all(len(json.loads(p.read_text())["models"]) == 3 for p in results)
 
 
+LOAD_SEEDS = range(10, 18)  # eight runs at once, a world and training seed each
+TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def set_crashed(env, run_id: str, message: str) -> None:
+    """What an operator does for a run whose worker died before it could report: mark it
+    crashed (the Prefect UI's "Mark as crashed"; the API call it makes)."""
+    r = httpx.post(
+        f"{env['PREFECT_API_URL']}/flow_runs/{run_id}/set_state",
+        json={"state": {"type": "CRASHED", "message": message}, "force": True},
+        timeout=10,
+    )
+    r.raise_for_status()
+
+
+def state_and_message(env, run_id: str) -> tuple[str, str]:
+    r = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=10)
+    r.raise_for_status()
+    state = r.json()["state"]
+    return state["type"], state.get("message") or ""
+
+
+@pytest.mark.slow  # ~5 min on 2 cores: opt-in, `pytest -m 'stack and slow'` (docs/reliability.md)
+def test_eight_runs_a_killed_worker_and_a_restarted_mlflow_server_lose_nothing(stack):
+    """Issue 43, deliver 3: the served stack under load. Eight pipeline runs of different
+    seeds into one store, submitted at once to a worker that runs four at a time; once
+    training is under way the worker is killed (SIGKILL to its process group: its flow runs
+    die with it) and a new one started; then the MLflow server is restarted. Every run ends
+    COMPLETED, or CRASHED/FAILED with its reason and then COMPLETED on resubmission, resuming
+    from its finished stages; then two reruns find every stage cached. Nothing is lost: every
+    finished run has a FINISHED child run per executed stage with its metrics and its inputs
+    (lineage), every committed artifact verifies, and the counts add up:
+    submitted = completed + retried, lost = 0."""
+    from platonic.core.artifacts import Manifest, committed, verify
+
+    st, env, folder = stack
+    out = folder / "out-load"
+    ml = Mlflow(env["MLFLOW_TRACKING_URI"])
+    sets = {s: [f"out_dir={out}", f"seed={s}", f"world.seed={s}"] for s in LOAD_SEEDS}
+    attempts = {s: [start_run(env, *sets[s])] for s in LOAD_SEEDS}
+    t0 = time.time()
+
+    def until(what: str, done, timeout: float = 600) -> None:
+        deadline = time.time() + timeout
+        while not done():
+            assert time.time() < deadline, f"{what}: not within {timeout} s"
+            time.sleep(1)
+
+    # the worker dies while runs train
+    def training() -> bool:
+        for ids in attempts.values():
+            try:
+                kids = ml.children(ml.parent_of_flow_run(ids[-1]))
+            except AssertionError:  # not started yet
+                continue
+            if any(tags(k)["platonic.stage"] == "train" for k in kids):
+                return True
+        return False
+
+    until("training under way", training)
+    st.stop("worker")
+    time.sleep(3)
+    crashed_by_kill = {}
+    for s, ids in attempts.items():
+        state, _ = state_and_message(env, ids[-1])
+        if state in ("RUNNING", "PENDING"):  # its process died with the worker: nothing reported it
+            set_crashed(env, ids[-1], "worker killed (SIGKILL)")
+            state = "CRASHED"
+        if state == "CRASHED":
+            finished = set()
+            try:
+                parent = ml.parent_of_flow_run(ids[-1])
+                finished = {
+                    tags(k)["platonic.stage_instance"] for k in ml.children(parent) if k["info"]["status"] == "FINISHED"
+                }
+            except AssertionError:  # it had not opened its MLflow run yet
+                pass
+            crashed_by_kill[s] = finished
+    assert crashed_by_kill, "the kill crashed no run: nothing was under test"
+    st.start_worker("worker", cwd=REPO)  # under the old name: the next test's kill finds it
+
+    # the MLflow server restarts while the others run
+    until("a run under the new worker", lambda: any(flow_state(env, i[-1]) == "RUNNING" for i in attempts.values()))
+    st.stop("mlflow-server")
+    st.start_mlflow()
+
+    # every run ends; a crashed or failed one is resubmitted with its reason on record
+    reasons: list[str] = []
+    retried = 0
+    while True:
+        pending = False
+        for s, ids in attempts.items():
+            state, message = state_and_message(env, ids[-1])
+            if state in ("CRASHED", "FAILED", "CANCELLED"):
+                assert message, f"seed {s}: {state} without a reason"
+                assert len(ids) < 4, f"seed {s}: {state} on its third resubmission: {message}"
+                reasons.append(f"seed {s}: {state}: {message[:200]}")
+                ids.append(start_run(env, *sets[s]))
+                retried += 1
+                pending = True
+            elif state != "COMPLETED":
+                pending = True
+        if not pending:
+            break
+        assert time.time() - t0 < 900, {s: flow_state(env, i[-1]) for s, i in attempts.items()}
+        time.sleep(2)
+    took = time.time() - t0
+
+    # two reruns of cached stages: every stage a hit
+    reruns = [start_run(env, *sets[s]) for s in list(LOAD_SEEDS)[:2]]
+    assert [wait_state(env, i) for i in reruns] == ["COMPLETED", "COMPLETED"]
+    for i in reruns:
+        parent = ml.parent_of_flow_run(i)
+        hits = {k for k in tags(parent) if k.startswith("platonic.reused.")}
+        assert not ml.children(parent) and len(hits) == STAGES
+
+    # nothing lost: each seed's last attempt finished every stage, with metrics and lineage
+    for s, ids in attempts.items():
+        parent = ml.parent_of_flow_run(ids[-1])
+        assert parent["info"]["status"] == "FINISHED", (s, parent["info"])
+        kids = ml.children(parent)
+        ran = {tags(k)["platonic.stage_instance"] for k in kids}
+        hits = {k.removeprefix("platonic.reused.") for k in tags(parent) if k.startswith("platonic.reused.")}
+        assert len(ran) + len(hits) == STAGES and not ran & hits, (s, sorted(ran), sorted(hits))
+        assert crashed_by_kill.get(s, set()) <= hits  # what finished before the kill is not redone
+        assert all(flow_state(env, i) in ("CRASHED", "FAILED") for i in ids[:-1])  # each retry's reason stays
+        for k in kids:
+            assert k["info"]["status"] == "FINISHED", (s, tags(k)["platonic.stage_instance"])
+            assert k["data"].get("metrics"), (s, tags(k)["platonic.stage_instance"], "no metrics")
+            if tags(k)["platonic.stage"] != "world":  # the first stage reads nothing
+                assert k.get("inputs", {}).get("dataset_inputs"), (s, tags(k)["platonic.stage_instance"], "no lineage")
+    results = sorted((out / "runs").glob("*/results.json"))
+    assert len(results) == len(LOAD_SEEDS) + len(reruns)
+    manifests, _ = committed(out / "artifacts")
+    assert manifests and all(verify(Manifest.read(m)) is None for m in manifests)  # no artifact half-written
+    submitted = sum(len(i) for i in attempts.values()) + len(reruns)
+    completed = len(LOAD_SEEDS) + len(reruns)
+    lost = sum(flow_state(env, i[-1]) != "COMPLETED" for i in attempts.values())
+    print(
+        f"load: submitted {submitted} = completed {completed} + retried {retried}; lost {lost}; "
+        f"crashed by the worker's kill {len(crashed_by_kill)}; artifacts verified {len(manifests)}; "
+        f"{took:.0f} s to the last completion"
+    )
+    print("\n".join(reasons))
+    assert submitted == completed + retried and lost == 0
+
+
 def test_a_killed_worker_crashes_the_run_and_a_rerun_resumes_from_finished_stages(stack):
     st, env, folder = stack
     out = folder / "out-c"
