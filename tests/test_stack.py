@@ -88,10 +88,16 @@ def start_run(env, *sets: str) -> str:
     return next(line.split("UUID:")[1].strip() for line in p.stdout.splitlines() if "UUID:" in line)
 
 
-def flow_state(env, run_id: str) -> str:
+def state_and_message(env, run_id: str) -> tuple[str, str]:
+    """A flow run's state type and its message (a crash's or a failure's reason)."""
     r = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=10)
     r.raise_for_status()
-    return r.json()["state"]["type"]
+    state = r.json()["state"]
+    return state["type"], state.get("message") or ""
+
+
+def flow_state(env, run_id: str) -> str:
+    return state_and_message(env, run_id)[0]
 
 
 def wait_state(env, run_id: str, timeout: float = 300) -> str:
@@ -227,7 +233,6 @@ def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack):
 
 
 LOAD_SEEDS = range(10, 18)  # eight runs at once, a world and training seed each
-TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
 def set_crashed(env, run_id: str, message: str) -> None:
@@ -239,13 +244,6 @@ def set_crashed(env, run_id: str, message: str) -> None:
         timeout=10,
     )
     r.raise_for_status()
-
-
-def state_and_message(env, run_id: str) -> tuple[str, str]:
-    r = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=10)
-    r.raise_for_status()
-    state = r.json()["state"]
-    return state["type"], state.get("message") or ""
 
 
 @pytest.mark.slow  # ~5 min on 2 cores: opt-in, `pytest -m 'stack and slow'` (docs/reliability.md)
@@ -398,12 +396,7 @@ def test_a_killed_worker_crashes_the_run_and_a_rerun_resumes_from_finished_stage
     state = flow_state(env, run_id)
     assert state in ("CRASHED", "RUNNING"), state
     if state == "RUNNING":
-        r = httpx.post(
-            f"{env['PREFECT_API_URL']}/flow_runs/{run_id}/set_state",
-            json={"state": {"type": "CRASHED", "message": "worker killed"}, "force": True},
-            timeout=10,
-        )
-        r.raise_for_status()
+        set_crashed(env, run_id, "worker killed")
     print(
         f"after SIGKILL of the worker: Prefect state {state}, MLflow parent "
         f"{ml.parent_of_flow_run(run_id)['info']['status']}"
