@@ -56,9 +56,12 @@ def _tables(db: Path, like: str) -> list[str]:
 
 
 def _store_contents(db: Path) -> dict:
-    """What a store holds besides its times: its schema (every table and index) and rows."""
+    """What a store holds besides its times: its schema (every table and index) and rows. A
+    statement is compared as the set of its comma-separated parts: MLflow's own migrations
+    write a table's CHECK constraints in an order that varies between processes."""
     with closing(sqlite3.connect(db)) as con:
-        schema = sorted(con.execute("select type, name, sql from sqlite_master where name not like 'sqlite_%'"))
+        found = con.execute("select type, name, sql from sqlite_master where name not like 'sqlite_%'")
+        schema = sorted((kind, name, sorted((sql or "").split(","))) for kind, name, sql in found)
         rows = {t: sorted(con.execute(f'select * from "{t}"')) for (kind, t, _) in schema if kind == "table"}
     rows["experiments"] = [r[:4] + r[6:] for r in rows["experiments"]]  # without creation/update times
     return {"schema": schema, "rows": rows}
