@@ -131,7 +131,7 @@ def _open_store(uri: str) -> None:
             _relocate(db)
         else:
             _new_store(db)
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates the store
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates what is not current
 
 
 def _empty_store_template() -> Path | None:

@@ -18,16 +18,21 @@ pytestmark = pytest.mark.e2e  # CLI subprocesses running real flows
 REPO = Path(__file__).resolve().parents[1]
 
 
-def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+def user_env() -> dict[str, str]:
+    """A user's environment: the embedded Prefect server (no session server's URL)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def platonic(cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "platonic.flows.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=user_env(),
     )
 
 
@@ -108,8 +113,6 @@ def answers(quick):
     """The read commands over the grid as a user types them in its folder, in one child process
     (conftest.cli_table: a process per command is seconds of imports each)."""
     d, res = quick
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PREFECT_API_URL", None)
     cases = [
         ["table --json", ["table", "table7", "--json"]],
         ["table", ["table", "table7"]],
@@ -118,7 +121,7 @@ def answers(quick):
         ["table missing", ["table", "no_such_experiment"]],
         ["lineage", ["lineage", res["run_id"], "--json"]],
     ]
-    return cli_table(cases, d, env)
+    return cli_table(cases, d, user_env())
 
 
 def test_table_reads_the_grid_back_from_mlflow(quick, answers):

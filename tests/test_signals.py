@@ -26,19 +26,21 @@ from platonic.core.artifacts import Manifest, committed
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
 
 
-def _cli_run(out: Path) -> subprocess.Popen:
-    """`platonic run` on the tiny recipe as a user starts it, against the session's Prefect
-    server (not a temporary one: that start is not what is tested here)."""
+def _cli_run(out: Path, sets: list[str] = (), stderr: int = subprocess.DEVNULL) -> subprocess.Popen:
+    """`platonic run` on the tiny recipe (with `sets`) as a user starts it, against the
+    session's Prefect server (not a temporary one: that start is not what is tested here)."""
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_API_URL": PREFECT_API_URL.value()}
+    args = [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={out}"]
     return subprocess.Popen(
-        [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={out}"],
+        [*args, *(a for s in sets for a in ("--set", s))],
         cwd=out.parent,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: SIGKILL reaches the run and its children
+        stderr=stderr,
+        text=True,
+        start_new_session=True,  # its own process group: a Ctrl-C or a SIGKILL reaches the run and its children
     )
 
 
@@ -55,14 +57,10 @@ def test_sigkill_at_every_stage_boundary_then_rerun_gives_the_same_results(tiny_
     for boundary in BOUNDARIES:
         store = out / "artifacts" / boundary.replace(":", "/")
         proc = _cli_run(out)
-        deadline = time.monotonic() + 300
         try:
             # committed: a folder under its final name; a staging folder (`.<key>.tmp-…`) holds
             # its manifest a moment before the rename, and a kill there commits nothing
-            while not committed(store)[0]:
-                assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {boundary} committed"
-                assert time.monotonic() < deadline, f"{boundary} not committed within 300 s"
-                time.sleep(0.02)
+            _wait_for(proc, f"{boundary} committed", lambda store=store: committed(store)[0])
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -73,23 +71,11 @@ def test_sigkill_at_every_stage_boundary_then_rerun_gives_the_same_results(tiny_
 
 
 def _cli_run_reading_stderr(out: Path, sets: list[str]) -> tuple[subprocess.Popen, list[str]]:
-    """`_cli_run` with extra `--set`s, its stderr collected line by line (tqdm's carriage
-    returns split lines too) by a thread while it runs."""
+    """`_cli_run` with its stderr collected line by line (tqdm's carriage returns split lines
+    too) by a thread while it runs."""
     import threading
 
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_API_URL": PREFECT_API_URL.value()}
-    args = [sys.executable, "-m", "platonic.flows.cli", "run", str(TINY), "--set", f"out_dir={out}"]
-    proc = subprocess.Popen(
-        [*args, *(a for s in sets for a in ("--set", s))],
-        cwd=out.parent,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches a job
-    )
+    proc = _cli_run(out, sets, stderr=subprocess.PIPE)
     lines: list[str] = []
 
     def read() -> None:
@@ -137,17 +123,21 @@ def _stopped_at(ckpts: Path) -> int:
     return max(json.loads((s / "state.json").read_text())["step"] for s in state.glob("step_*"))
 
 
+def _runs(out: Path) -> tuple[MlflowClient, list]:
+    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    return c, c.search_runs([e.experiment_id for e in c.search_experiments()])
+
+
 def _statuses(out: Path, old: frozenset[str] = frozenset()) -> tuple[MlflowClient, dict[tuple[str, str], str]]:
     """(client, {(run name, stage instance or "parent"): status}) of every MLflow run in `out`
     but the `old` ones (run ids: what the copied store held before the test)."""
-    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    runs = [r for r in c.search_runs([e.experiment_id for e in c.search_experiments()]) if r.info.run_id not in old]
-    return c, {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in runs}
+    c, runs = _runs(out)
+    new = [r for r in runs if r.info.run_id not in old]
+    return c, {(r.info.run_name, r.data.tags.get("platonic.stage_instance", "parent")): r.info.status for r in new}
 
 
 def _run_ids(out: Path) -> frozenset[str]:
-    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    return frozenset(r.info.run_id for r in c.search_runs([e.experiment_id for e in c.search_experiments()]))
+    return frozenset(r.info.run_id for r in _runs(out)[1])
 
 
 def _goods(out: Path) -> set[Path]:
