@@ -3,10 +3,12 @@
     platonic export RUN_ID DIR          # the CLI: a train stage run's artifact -> DIR
     AutoModel.from_pretrained(DIR); AutoTokenizer.from_pretrained(DIR)
 
-text_jepa: the BERT encoder (`BertModel`), its tokenizer, and `projector.safetensors` (the
-JEPA head, not part of the encoder); causal_lm: the GPT-2 (`GPT2LMHeadModel`; AutoModel
+text_jepa: the BERT encoder (`BertModel`) or, post-trained from a decoder, the Gemma-3 text
+model (`Gemma3TextModel`, what AutoModel gives for its config), its tokenizer, and
+`projector.safetensors` (the JEPA head, not part of the encoder); causal_lm: the GPT-2 (`GPT2LMHeadModel`; AutoModel
 gives its transformer). `platonic.json` says how the project pooled it: the masked mean of a
-layer's hidden states over tokens (the evaluation takes the best layer, `hidden_states[i]`).
+layer's hidden states over tokens (the evaluation takes the best layer, `hidden_states[i]`),
+or for a decoder whose recipe says `pooling: last` the last real token (`pooling_rule`).
 With provenance (the CLI gathers it from MLflow), the folder is hub-ready: `platonic.json`
 also holds the train run, the commit, the recipe digest, the scores and the best layer;
 `config.json` carries `platonic_pooling` and `platonic_layer` (what `model.config` shows a
@@ -37,30 +39,33 @@ def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[
     """(transformers model, tokenizer, platonic.json, extra tensor files) of a train artifact."""
     from transformers import PreTrainedTokenizerFast
 
-    from .models import load_checkpoint
-
     if cfg.kind not in ("text_jepa", "causal_lm"):
         raise ValueError(f"a {cfg.kind} model is not a transformers model: only text encoders export")
+    from .models import DecoderEncoder, load_checkpoint
+
     model = load_checkpoint(Path(train_dir), cfg)
-    net = model.bert if cfg.kind == "text_jepa" else model.lm
-    if cfg.kind == "text_jepa" and net.pooler is None:
+    decoder = isinstance(model, DecoderEncoder)
+    net = model.decoder if decoder else model.bert if cfg.kind == "text_jepa" else model.lm
+    if cfg.kind == "text_jepa" and not decoder and net.pooler is None:
         _add_unused_pooler(net)
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(Path(train_dir) / "tokenizer.json"),
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
+        **_special_tokens(Path(train_dir) / "tokenizer.json", decoder),
         model_max_length=json.loads((Path(train_dir) / "model.json").read_text())["max_len"],
     )
+    rule = model.pooling if decoder else "mean"
+    how = "masked mean over tokens" if rule == "mean" else "the last real token"
     info = {
         "kind": cfg.kind,
         "views": cfg.views,
-        "pooling": "masked mean over tokens of hidden_states[layer] (the evaluation takes the best layer)",
+        "pooling": f"{how} of hidden_states[layer] (the evaluation takes the best layer)",
         "architecture": type(net).__name__,
         "last_layer": net.config.num_hidden_layers,  # hidden_states[last_layer]: what sentence-transformers pools
     }
+    if decoder:  # new keys only where there were none before (BERT exports unchanged)
+        info["pooling_rule"] = rule
+    if cfg.init is not None:
+        info["objective"] = cfg.objective
     if cfg.init in HUB_IDS:  # post-trained from weights a package ships: the hub model they are
         info["base_model"] = HUB_IDS[cfg.init]
     tensors = {}
@@ -68,6 +73,25 @@ def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[
         tensors["projector.safetensors"] = {k: v.contiguous() for k, v in model.proj.state_dict().items()}
         info["projector"] = "projector.safetensors (Linear-BN-GELU-Linear state dict; not part of the encoder)"
     return net, tok, info, tensors
+
+
+def _special_tokens(tokenizer_file: Path, decoder: bool) -> dict[str, str]:
+    """The tokenizer's special tokens by role, as PreTrainedTokenizerFast names them: a BERT's
+    [CLS]/[SEP], a decoder's <bos>/<eos> (tokenizer.py's special_ids finds either)."""
+    from tokenizers import Tokenizer
+
+    from .tokenizer import special_ids
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    name = {role: tok.id_to_token(i) for role, i in special_ids(tok).items()}
+    bos, eos = ("bos_token", "eos_token") if decoder else ("cls_token", "sep_token")
+    return {
+        "pad_token": name["pad"],
+        "unk_token": name["unk"],
+        bos: name["cls"],
+        eos: name["sep"],
+        "mask_token": name["mask"],
+    }
 
 
 def _add_unused_pooler(net: Any) -> None:
@@ -94,21 +118,21 @@ def write_extras(dest: Path, info: dict[str, Any], tensors: dict[str, Any]) -> N
     (Path(dest) / "platonic.json").write_text(json.dumps(info, indent=1))
 
 
-def write_sentence_transformers(dest: Path, dim: int, max_len: int) -> None:
+def write_sentence_transformers(dest: Path, dim: int, max_len: int, pooling: str = "mean") -> None:
     """The files `SentenceTransformer(dest)` reads: transformers' model in the folder itself,
-    then mean pooling over the real tokens of its last hidden state (no normalisation)."""
+    then mean pooling over the real tokens of its last hidden state, or its last real token
+    (`pooling: last`) (no normalisation)."""
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
     (dest / "modules.json").write_text(json.dumps(modules, indent=1))
     (dest / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
-    pooling = {
-        f"pooling_mode_{m}": m == "mean_tokens"
-        for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-    }
+    want = "mean_tokens" if pooling == "mean" else "lasttoken"
+    modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
+    flags = {f"pooling_mode_{m}": m == want for m in (*modes, *(("lasttoken",) if pooling != "mean" else ()))}
     (dest / "1_Pooling").mkdir()
-    (dest / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": dim, **pooling}, indent=1))
+    (dest / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": dim, **flags}, indent=1))
 
 
 def check_dest(dest: Path) -> Path:
@@ -135,13 +159,14 @@ def export_pretrained(
     net, tok, info, tensors = pretrained_parts(train_dir, cfg)
     info = {**info, **(provenance or {})}
     # what a transformers user sees in model.config: how to pool, and which layer scored best
-    net.config.platonic_pooling = "masked_mean"
+    rule = info.get("pooling_rule", "mean")
+    net.config.platonic_pooling = "masked_mean" if rule == "mean" else "last_token"
     if info.get("best_layer") is not None:
         net.config.platonic_layer = int(info["best_layer"])
     net.save_pretrained(dest)
     tok.save_pretrained(dest)
     write_extras(dest, info, tensors)
-    write_sentence_transformers(dest, net.config.hidden_size, tok.model_max_length)
+    write_sentence_transformers(dest, net.config.hidden_size, tok.model_max_length, rule)
     (dest / LICENSE_FILE).write_text(license_text(info))
     (dest / "README.md").write_text(model_card(info, folder=dest.resolve()))
     return info
@@ -174,7 +199,12 @@ def model_card(info: dict[str, Any], folder: Path | None = None) -> str:
     written (the code then loads that folder as printed); without it the code names a
     placeholder to replace."""
     causal = info["kind"] == "causal_lm"
-    objective = "next-token prediction (GPT-2)" if causal else f"JEPA, {info['views']} views (BERT encoder)"
+    last = info.get("pooling_rule") == "last"
+    encoder = "Gemma-3 decoder" if info["architecture"].startswith("Gemma3") else "BERT encoder"
+    objective = "next-token prediction (GPT-2)" if causal else f"JEPA, {info['views']} views ({encoder})"
+    if info.get("objective") in ("infonce", "next_token"):  # a post-trained encoder's own objective
+        own = {"infonce": "in-batch InfoNCE", "next_token": "next-token prediction"}[info["objective"]]
+        objective = f"{own} on {info['views']} views ({encoder})"
     name = info.get("registered_name") or f"platonic-{info['kind']}-{info['views']}"
     layer = info.get("best_layer")
     header = [
@@ -210,9 +240,13 @@ def model_card(info: dict[str, Any], folder: Path | None = None) -> str:
         "",
         "## Use",
         "",
-        "The features are the masked mean over tokens of one layer's hidden states "
-        "(`hidden_states[layer]`), not the pooler"
-        + (" (it is all zeros and was never trained)." if not causal else "."),
+        (
+            "The features are the last real token of one layer's hidden states (`hidden_states[layer]`)."
+            if last
+            else "The features are the masked mean over tokens of one layer's hidden states "
+            "(`hidden_states[layer]`), not the pooler"
+            + (" (it is all zeros and was never trained)." if not (causal or "Gemma3" in info["architecture"]) else ".")
+        ),
         "",
         "```python",
         "import torch",
@@ -224,12 +258,22 @@ def model_card(info: dict[str, Any], folder: Path | None = None) -> str:
         'batch = tok(["a small red circle"], padding=True, return_tensors="pt")',
         "with torch.no_grad():",
         "    h = model(**batch, output_hidden_states=True).hidden_states[layer]",
-        'mask = batch["attention_mask"].unsqueeze(-1).to(h.dtype)',
-        "features = (h * mask).sum(1) / mask.sum(1)",
+        *(
+            [
+                'last = batch["attention_mask"].sum(1) - 1  # right padding: the last real position',
+                "features = h[torch.arange(h.size(0)), last]",
+            ]
+            if last
+            else [
+                'mask = batch["attention_mask"].unsqueeze(-1).to(h.dtype)',
+                "features = (h * mask).sum(1) / mask.sum(1)",
+            ]
+        ),
         "```",
         "",
-        "With sentence-transformers, `SentenceTransformer(folder).encode(texts)` gives the masked mean "
-        "of the last layer (`hidden_states[-1]`)"
+        "With sentence-transformers, `SentenceTransformer(folder).encode(texts)` gives the "
+        + ("last real token" if last else "masked mean")
+        + " of the last layer (`hidden_states[-1]`)"
         + (
             " (the evaluation's layer)."
             if layer is None or layer == info.get("last_layer")

@@ -21,23 +21,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .models.pooling import masked_mean
+from .models.pooling import pool_tokens
+
+__all__ = ["hf_image_layer_features", "hf_text_layer_features", "pool_tokens"]
 
 
 def _dtype(name: str) -> torch.dtype | str:
     return {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
-def pool_tokens(h: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """(B, T, D), (B, T) -> (B, D): mean over real tokens, or the last real token (either
-    padding side)."""
-    if pooling == "mean":
-        return masked_mean(h, mask)
-    if pooling == "last":
-        # position of the last 1 in each mask row
-        idx = (mask * torch.arange(1, mask.size(1) + 1, device=mask.device)).argmax(1)
-        return h[torch.arange(h.size(0), device=h.device), idx]
-    raise ValueError(f"unknown pooling {pooling!r} (mean or last)")
 
 
 @torch.no_grad()

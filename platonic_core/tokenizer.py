@@ -66,11 +66,13 @@ def encode(
 
 # ---- subword tokenizers (trained offline) and pretrained ones by hub name ------
 
+# in order of preference: Gemma's vocabulary has <bos>/<eos> and also "<s>"/"</s>" as
+# ordinary tokens (ids 203/212), so its own names come before those
 _SPECIAL_NAMES = {
     "pad": ["[PAD]", "<pad>", "<|pad|>"],
     "unk": ["[UNK]", "<unk>"],
-    "cls": ["[CLS]", "<s>", "<|startoftext|>"],
-    "sep": ["[SEP]", "</s>", "<|endoftext|>"],
+    "cls": ["[CLS]", "<bos>", "<s>", "<|startoftext|>"],
+    "sep": ["[SEP]", "<eos>", "</s>", "<|endoftext|>"],
     "mask": ["[MASK]", "<mask>"],
 }
 

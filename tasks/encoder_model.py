@@ -9,7 +9,7 @@ the evaluate stage; the last layer before any evaluation). So this module is a f
 `mlflow.models.Model.log` that saves with mlflow.transformers and points the pyfunc flavor's
 `loader_module` here: `mlflow.pyfunc.load_model(...).predict(texts)` -> (N, D) float32, the
 exported model's pooled features. Loading it needs `platonic` installed (the loader and
-`masked_mean` live here)."""
+`pool_tokens` live here)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def layer_of(info: dict[str, Any]) -> int:
 
 
 class PooledEncoder:
-    """The pyfunc model: texts -> masked mean of `hidden_states[layer]`, (N, D) float32."""
+    """The pyfunc model: texts -> masked mean (or, for a decoder whose platonic.json says
+    `pooling_rule: last`, the last real token) of `hidden_states[layer]`, (N, D) float32."""
 
     def __init__(self, path: Path):
         from transformers import AutoModel, AutoTokenizer
@@ -65,13 +66,14 @@ class PooledEncoder:
         meta = path / "platonic.json"
         self.info = json.loads(meta.read_text()) if meta.is_file() else {}
         self.layer = layer_of(self.info)
+        self.pooling = self.info.get("pooling_rule", "mean")
         self.model = AutoModel.from_pretrained(path / "model").eval()
         self.tok = AutoTokenizer.from_pretrained(path / "components" / "tokenizer")
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
         import torch
 
-        from platonic.core.models.pooling import masked_mean
+        from platonic.core.models.pooling import pool_tokens
 
         texts = _texts(model_input)
         batch = self.tok(texts, padding=True, truncation=True, return_tensors="pt")
@@ -80,7 +82,7 @@ class PooledEncoder:
         ids, mask = batch["input_ids"], batch["attention_mask"]
         with torch.no_grad():
             h = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[self.layer]
-        return masked_mean(h, mask).float().numpy()
+        return pool_tokens(h, mask, self.pooling).float().numpy()
 
 
 def _texts(model_input: Any) -> list[str]:

@@ -50,6 +50,8 @@ def needed_packages(cfg: PipelineConfig) -> dict[str, tuple[str, str]]:
     for name, model in cfg.train.models.items():
         if model.init and (found := _packaged(model.init)):
             need[found[0]] = (f"train.models.{name}.init: {model.init}", found[1])
+            if model.init == "gemma-3-270m":  # a GGUF file: transformers dequantises it with gguf
+                need["gguf"] = (f"train.models.{name}.init: {model.init} (a GGUF file)", "pip install gguf")
     return need
 
 

@@ -398,8 +398,15 @@ class OptimConfig(Section):
     head_lr: float | None = Field(None, gt=0)
 
 
+# packaged encoders that are BERTs (match/features.py's PACKAGED holds the names; a recipe's
+# validation imports no model code)
+BERT_PACKAGED = ("all-MiniLM-L6-v2",)
+
+
 class ModelConfig(Section):
     """One model to train. `kind` picks the objective and architecture family."""
+
+    added_fields: ClassVar[frozenset[str]] = frozenset({"pooling", "train_blocks"})
 
     kind: Literal["text_jepa", "causal_lm", "image_jepa"]
     # good: n_views texts of one image; bad: masked copies of one text; text: one text (the causal
@@ -458,14 +465,26 @@ class ModelConfig(Section):
     # memory: tokenise every text up front; stream: read Parquet row groups as needed
     data: Literal["memory", "stream"] = "memory"
     # post-training: start a text_jepa's encoder from pretrained weights instead of random ones.
-    # A packaged model by name (all-MiniLM-L6-v2, offline) or a local transformers BERT folder;
+    # A packaged model by name (all-MiniLM-L6-v2; gemma-3-270m, the GGUF dequantised, minutes
+    # to load; offline) or a local transformers folder of a BERT or a gemma3_text decoder;
     # its own tokenizer and architecture come with it (the views' tokenizer, width, layers and
     # heads are not used, so the recipe leaves them unset). `trust_remote_code` stays off.
     init: str | None = Field(None, min_length=1, max_length=4096)
-    # the loss on top: `lejepa` (prediction + SIGReg on the projector, this project's JEPA) or
+    # a decoder init (Gemma): how its last hidden states become one embedding, fixed in the
+    # recipe before any score: `mean` over real tokens (the realdata Gemma reference row's) or
+    # the `last` real token (the only position that has read the whole text under causal
+    # attention; docs/match.md's primary Gemma row). A BERT init is mean-pooled, as it was trained.
+    pooling: Literal["mean", "last"] = "mean"
+    # a decoder init: only the last `train_blocks` decoder blocks and the final norm train (and
+    # the projector); the embeddings (also the tied output layer) and the blocks below keep
+    # their shipped weights and get no optimiser state. None: every weight trains.
+    train_blocks: int | None = Field(None, ge=1, le=1024)
+    # the loss on top: `lejepa` (prediction + SIGReg on the projector, this project's JEPA),
     # `infonce` (in-batch contrastive on the pooled embedding, both directions, at `temperature`:
-    # the objective sentence-transformers trains MiniLM with, 0.05 = its scale of 20)
-    objective: Literal["lejepa", "infonce"] = "lejepa"
+    # the objective sentence-transformers trains MiniLM with, 0.05 = its scale of 20), or
+    # `next_token` (a decoder init's own: next-token cross-entropy on the same texts, every view
+    # of a batch, through its output layer, which is the tied input embeddings)
+    objective: Literal["lejepa", "infonce", "next_token"] = "lejepa"
     temperature: float = Field(0.05, gt=0, le=10)
     # the first `head_steps` of `steps` train the projector alone (the encoder's learning rate
     # is 0): linear probing, then fine-tuning (LP-FT, Kumar et al. 2022), so a new random head
@@ -515,6 +534,20 @@ class ModelConfig(Section):
                 raise ValueError(f"init {self.init!r} fixes the architecture; leave {', '.join(fixed)} unset")
             if self.data == "stream":
                 raise ValueError("init (a pretrained tokenizer) trains from memory (data: memory)")
+            # what a packaged name already says; a folder's architecture is checked at train
+            # (models/pretrained.py's init_kind), with errors naming the same fields
+            if self.init in BERT_PACKAGED and (self.pooling != "mean" or self.train_blocks is not None):
+                raise ValueError(
+                    f"init {self.init!r} is a BERT encoder: pooling (mean only) and train_blocks are for a decoder init"
+                )
+            if self.init in BERT_PACKAGED and self.objective == "next_token":
+                raise ValueError(f"objective next_token is a decoder's own; init {self.init!r} is a BERT encoder")
+        elif self.pooling != "mean" or self.train_blocks is not None:
+            raise ValueError("pooling and train_blocks are for a text_jepa started from a pretrained decoder (init)")
+        if self.objective == "next_token" and (self.init is None or self.views != "good"):
+            raise ValueError(
+                "objective next_token continues a pretrained decoder (init) on the good views' texts (views: good)"
+            )
         if (self.head_steps or self.optim.head_lr is not None) and self.kind != "text_jepa":
             raise ValueError("head_steps and optim.head_lr are for a text_jepa's projector")
         if self.head_steps >= self.total_steps:

@@ -1,7 +1,8 @@
 """Models, built from `ModelConfig`: architectures are config, not code.
 
 - text_jepa: a BERT encoder (transformers BertModel) + projector; from random weights, or
-  from a pretrained encoder (`init`: models/pretrained.py)
+  from a pretrained encoder (`init`: models/pretrained.py); or a pretrained decoder
+  (Gemma-3, models/decoder.py) + projector
 - causal_lm: a GPT-2 of the same width/depth (transformers GPT2LMHeadModel)
 - image_jepa: a small CNN + projector
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import load_model, save_model
 
+from .decoder import DecoderEncoder
 from .image import ImageEncoder
 from .presets import PRESETS, PROJECTOR_PRESETS, resolve_dims, resolve_projector
 from .text import CausalLM, TextEncoder
@@ -38,6 +40,7 @@ __all__ = [
     "load_checkpoint",
     "TextEncoder",
     "CausalLM",
+    "DecoderEncoder",
     "ImageEncoder",
 ]
 
@@ -49,12 +52,19 @@ def build_model(
     image_size: int = 32,
     special_ids: dict[str, int] | None = None,
     bert_config: dict | None = None,
+    decoder_config: dict | None = None,
 ) -> torch.nn.Module:
     """`special_ids`: pad/bos/eos ids of a tokenizer that does not use the built-in layout.
-    `bert_config`: a pretrained text encoder's architecture (`init`, models/pretrained.py)."""
+    `bert_config` / `decoder_config`: a pretrained text encoder's or decoder's architecture
+    (`init`, models/pretrained.py); the decoder's vocabulary and lengths are its own."""
     layers, width, heads = resolve_dims(getattr(cfg, "preset", "custom"), cfg.width, cfg.layers, cfg.heads)
     if bert_config is not None:
         width = bert_config["hidden_size"]
+    if decoder_config is not None:
+        if cfg.kind != "text_jepa":
+            raise ValueError(f"decoder_config is a text_jepa's pretrained encoder, not a {cfg.kind}'s")
+        proj = resolve_projector(cfg.projector, decoder_config["hidden_size"], cfg.proj_hidden, cfg.proj_act)
+        return DecoderEncoder(decoder_config, cfg.proj_dim, cfg.pooling, cfg.attention, proj.hidden, proj.act)
     if cfg.kind == "causal_lm":
         return CausalLM(vocab_size, width, layers, heads, max_len, cfg.attention, special_ids, cfg.tie_embeddings)
     if cfg.kind not in ("text_jepa", "image_jepa"):

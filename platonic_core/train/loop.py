@@ -28,7 +28,15 @@ from safetensors.torch import save_model
 
 from .. import interrupt
 from ..models import ImageEncoder, build_model, save_checkpoint
-from ..models.pretrained import init_bert_config, init_folder, init_tokenizer, load_init_weights
+from ..models.pretrained import (
+    init_bert_config,
+    init_decoder_config,
+    init_kind,
+    init_source,
+    init_tokenizer,
+    load_init_decoder,
+    load_init_weights,
+)
 from ..objectives import SIGReg, info_nce, lejepa_loss
 from ..progress import bar
 from ..tokenizer import DEFAULT_SPECIALS, load_tokenizer, special_ids
@@ -85,11 +93,15 @@ def slice_batch(batch: dict, part: int, parts: int) -> dict:
 def param_groups(cfg: ModelConfig, model: torch.nn.Module) -> list[dict]:
     """AdamW's groups: weight decay on matrices only; with `optim.head_lr` or `head_steps`,
     the projector (`proj.`) in groups of its own (its rate scaled, the encoder's held at 0 for
-    the first head_steps). Without them, the two groups every run so far trained with."""
+    the first head_steps). Without them, the two groups every run so far trained with.
+    Frozen weights (requires_grad off: `train_blocks`) are in no group, so AdamW keeps no
+    state for them."""
     wd, head_scale = cfg.optim.weight_decay, (cfg.optim.head_lr or cfg.optim.lr) / cfg.optim.lr
     split = cfg.head_steps > 0 or cfg.optim.head_lr is not None
     groups: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
         part = ("head" if name.startswith("proj.") else "encoder") if split else "all"
         groups.setdefault((part, p.ndim >= 2), []).append(p)
     order = [(part, d) for part in ("all", "encoder", "head") for d in (True, False) if (part, d) in groups]
@@ -119,6 +131,9 @@ def compute_loss(
     if cfg.kind == "text_jepa":
         ids, mask = batch["input_ids"], batch["attention_mask"]  # (V, N, T)
         v, n = ids.shape[:2]
+        if cfg.objective == "next_token":  # a decoder's own, on every view's text
+            loss = model(ids.flatten(0, 1), mask.flatten(0, 1), loss="mean")
+            return loss, {"ntp": loss.item()}
         emb, z = model(ids.flatten(0, 1), mask.flatten(0, 1))  # (V*N, D), (V*N, K)
         if cfg.objective == "infonce":  # on the pooled embedding, as a sentence encoder is trained
             e = emb.view(v, n, -1)
@@ -342,6 +357,34 @@ def train_model(
     }
 
 
+# a decoder init's features read texts up to this many tokens: what hf_text_layer_features
+# (the reference rows) truncates to
+DECODER_FEATURE_LEN = 512
+
+
+def check_init(cfg: ModelConfig, kind: str) -> None:
+    """What the recipe asks of an init that its architecture (`init_kind`) cannot give."""
+    if kind == "bert" and (cfg.pooling != "mean" or cfg.train_blocks is not None):
+        raise ValueError(
+            f"init {cfg.init!r} is a BERT encoder: pooling (mean only) and train_blocks are for a decoder init"
+        )
+    if kind == "bert" and cfg.objective == "next_token":
+        raise ValueError(f"objective next_token is a decoder's own; init {cfg.init!r} is a BERT encoder")
+
+
+def check_decoder(cfg: ModelConfig, model: torch.nn.Module) -> None:
+    """The recipe's train_blocks and objective against the decoder as built."""
+    if cfg.train_blocks is not None and cfg.train_blocks > model.blocks:
+        raise ValueError(f"train_blocks = {cfg.train_blocks}, but init {cfg.init!r} has {model.blocks} decoder blocks")
+    c = model.decoder.config
+    if cfg.objective == "next_token" and (not c.tie_word_embeddings or c.final_logit_softcapping):
+        raise ValueError(
+            f"objective next_token reads the output layer as the tied input embeddings without a logit "
+            f"soft-cap; init {cfg.init!r} has tie_word_embeddings={c.tie_word_embeddings}, "
+            f"final_logit_softcapping={c.final_logit_softcapping}"
+        )
+
+
 def run_train(
     cfg: ModelConfig,
     seed: int,
@@ -356,18 +399,24 @@ def run_train(
     """Train one model from its input artifact (views or world); write a safetensors
     checkpoint (rank 0). `state_dir`: resumable training state (see `train_model`)."""
     rank, world = rank_world()
-    init = init_folder(cfg.init) if cfg.init else None  # post-training: its weights, tokenizer, config
+    # post-training: its weights, tokenizer and architecture (a BERT or a decoder)
+    init, gguf = init_source(cfg.init) if cfg.init else (None, None)
+    kind = init_kind(init, gguf) if init else None
+    if init:
+        check_init(cfg, kind)
     if cfg.kind == "image_jepa":
         renders = load_train_renders(input_dir)
         build_args = {"image_size": int(renders.shape[2])}
         sampler = make_sampler(cfg, ImageData(renders), seed)
     else:
-        tok = init_tokenizer(init) if init else load_tokenizer(input_dir / "tokenizer.json")
+        tok = init_tokenizer(init, gguf) if init else load_tokenizer(input_dir / "tokenizer.json")
         sp = special_ids(tok)
         # the built-in layout keeps model.json as before (old checkpoints load unchanged)
         extra = {} if sp == DEFAULT_SPECIALS else {"special_ids": sp}
-        if init:
+        if kind == "bert":
             extra["bert_config"] = init_bert_config(init)
+        elif kind == "decoder":
+            extra["decoder_config"] = init_decoder_config(init, gguf)
         if cfg.data == "stream":
             max_len = json.loads((input_dir / "meta.json").read_text())["max_len"]
             sampler = StreamSampler(cfg, input_dir, seed, tok, max_len, sp, rank, world)
@@ -377,16 +426,25 @@ def run_train(
             if cfg.views == "documents":  # positions for n_views texts in one sequence
                 max_len *= cfg.n_views
         build_args = {"vocab_size": tok.get_vocab_size(), "max_len": max_len, **extra}
-        if init:  # training reads the views' max_len; features read what the encoder can (as it ships)
+        # training reads the views' max_len; features read what the encoder can (as it ships).
+        # A decoder's 32k positions are capped at the 512 tokens the reference row's features read
+        if kind == "bert":
             build_args["max_len"] = extra["bert_config"]["max_position_embeddings"]
+        elif kind == "decoder":
+            build_args["max_len"] = min(extra["decoder_config"]["max_position_embeddings"], DECODER_FEATURE_LEN)
         if rank == 0 and init:  # the tokenizer the checkpoint reads with (padding off)
             tok.save(str(out / "tokenizer.json"))
         elif rank == 0:
             shutil.copy(input_dir / "tokenizer.json", out / "tokenizer.json")
     torch.manual_seed(seed)
     model = build_model(cfg, **build_args)
-    if init:
+    if kind == "bert":
         load_init_weights(model, init)  # the projector stays as seeded above
+    elif kind == "decoder":
+        load_init_decoder(model, init, gguf)
+        check_decoder(cfg, model)
+        if cfg.train_blocks is not None:
+            model.freeze_below(cfg.train_blocks)
 
     def on_snapshot(steps_done: int, m: torch.nn.Module) -> None:
         (out / "snapshots").mkdir(exist_ok=True)
