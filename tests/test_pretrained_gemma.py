@@ -277,3 +277,46 @@ def test_the_checkpoint_reloads_alone_and_exports_to_automodel(stand_in, views, 
         pooling == "last"
     )
     assert ("last real token" in (dest / "README.md").read_text()) == (pooling == "last")
+
+
+def test_recipes_keep_their_cache_keys_and_the_gemma_recipe_validates():
+    """pooling and train_blocks are left out of a model's dump at their defaults (Section's
+    added_fields): the MiniLM rows keep their cached artifacts; the Gemma recipe states both."""
+    from platonic.core.config import load_config
+
+    repo = Path(__file__).resolve().parents[1]
+    minilm = load_config(repo / "configs" / "improve_minilm.yaml").train.models["good"].model_dump(mode="json")
+    assert "pooling" not in minilm and "train_blocks" not in minilm
+    gemma = load_config(repo / "configs" / "improve_gemma.yaml").train.models
+    assert {n: (m.init, m.train_blocks, m.objective) for n, m in gemma.items()} == {
+        "good": ("gemma-3-270m", 2, "lejepa"),
+        "bad": ("gemma-3-270m", 2, "lejepa"),
+        "own": ("gemma-3-270m", 2, "next_token"),
+    }
+    assert gemma["good"].model_dump(mode="json")["train_blocks"] == 2
+
+
+@pytest.mark.e2e
+def test_a_post_trained_decoder_row_runs_through_the_real_data_flow(wordnet_tiny_run, stand_in, tmp_path):
+    """The real pipeline (a private copy of the session's tiny WordNet store): a row started
+    from the stand-in Gemma, last block only, trains on the cached views and is embedded and
+    scored from its checkpoint alone (model.json's decoder_config)."""
+    import shutil
+
+    from platonic.core.config import load_config
+    from platonic.flows.pipeline import pipeline
+
+    repo = Path(__file__).resolve().parents[1]
+    out = shutil.copytree(wordnet_tiny_run[0], tmp_path / "out")
+    fixture = repo / "tests" / "fixtures" / "wordnet" / "data.noun"
+    post = (
+        f"{{kind: text_jepa, views: good, init: {stand_in}, pooling: last, train_blocks: 1, "
+        "steps: 4, batch_size: 8, slices: 16, snapshots: 2}"
+    )
+    sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
+    sets += [f"train.models.post={post}", "evaluate.text_models=[post]"]
+    res = pipeline(load_config(repo / "configs" / "wordnet_tiny.yaml", sets).model_dump(mode="json"))
+    row = res["models"]["post"]
+    assert 0 <= row["mutual_knn"] <= 1
+    curve = json.loads((Path(res["stages"]["curve:post"]["uri"]) / "curve.json").read_text())["points"]
+    assert [p["steps"] for p in curve][0] == 0 and curve[-1]["steps"] == 4
