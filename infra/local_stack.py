@@ -28,8 +28,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,10 @@ S3_KEYS = {
     "AWS_SECRET_ACCESS_KEY": "platonic-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+# `up` starts the servers from threads: one at a time records a pid and writes stack.json
+_RECORD = threading.RLock()
 
 
 def free_port() -> int:
@@ -120,9 +126,10 @@ class Stack:
         return self.dir / "logs"
 
     def save(self) -> None:
-        d = asdict(self)
-        d["dir"] = str(self.dir)
-        (self.dir / "stack.json").write_text(json.dumps(d, indent=1))
+        with _RECORD:
+            d = asdict(self)
+            d["dir"] = str(self.dir)
+            (self.dir / "stack.json").write_text(json.dumps(d, indent=1))
 
     @classmethod
     def load(cls, folder: Path) -> Stack:
@@ -136,8 +143,9 @@ class Stack:
         p = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env or self.server_env(), cwd=cwd, start_new_session=True
         )  # its own process group: `down` stops its children too
-        self.pids[name] = p.pid
-        self.save()
+        with _RECORD:
+            self.pids[name] = p.pid
+            self.save()
         return p
 
     # ---- services
@@ -325,9 +333,11 @@ def up(folder: Path, worker: bool = True) -> Stack:
     st = Stack(folder, *(free_port() for _ in range(4)))
     try:
         st.start_postgres()
-        st.start_s3()
-        st.start_prefect()
-        st.start_mlflow()
+        # the servers need only Postgres to start: side by side, each ~15 s of imports and
+        # migrations (MLflow's and Prefect's), so the stack is up in the time of the slowest
+        with ThreadPoolExecutor(3) as pool:
+            for started in [pool.submit(start) for start in (st.start_s3, st.start_prefect, st.start_mlflow)]:
+                started.result()
         if worker:
             st.start_worker()
     except BaseException:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -152,12 +153,30 @@ def tags(run: dict) -> dict:
     return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
 
 
+@pytest.fixture(scope="module")
+def submitted(stack) -> dict[str, str]:
+    """The flow runs of the three tests below, submitted at once (the worker runs four at a
+    time): each test waits for its own, and the tier waits for the slowest of them instead of
+    their sum. {name: flow run id}:
+    - pipeline: embeddings fan out as Dask task runs inside the worker's flow run
+    - refused: a set outside the deployment's allow list
+    - concurrent-1, concurrent-2: two seeds into one store at once"""
+    _, env, folder = stack
+    runs = {
+        "pipeline": (f"out_dir={folder / 'out-a'}", "fanout.engine=dask", "fanout.workers=2"),
+        "refused": (f"out_dir={folder / 'out-x'}", "services.mlflow_tracking_uri=http://127.0.0.1:9"),
+        **{f"concurrent-{s}": (f"out_dir={folder / 'out-b'}", f"seed={s}", f"world.seed={s}") for s in (1, 2)},
+    }
+    with ThreadPoolExecutor(len(runs)) as pool:
+        ids = {name: pool.submit(start_run, env, *sets) for name, sets in runs.items()}
+        return {name: i.result() for name, i in ids.items()}
+
+
 def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_and_artifact(
-    stack, monkeypatch, tmp_path
+    stack, submitted, monkeypatch, tmp_path
 ):
     st, env, folder = stack
-    # embeddings fan out as Dask task runs inside the worker's flow run, logging to the server
-    run_id = start_run(env, f"out_dir={folder / 'out-a'}", "fanout.engine=dask", "fanout.workers=2")
+    run_id = submitted["pipeline"]
     assert wait_state(env, run_id) == "COMPLETED"
     ml = Mlflow(env["MLFLOW_TRACKING_URI"])
     parent = ml.parent_of_flow_run(run_id)
@@ -208,20 +227,20 @@ def test_the_pipeline_runs_through_the_worker_and_mlflow_holds_every_run_metric_
     assert mlflow.pyfunc.load_model(str(model)).predict(["a small red circle", "two blue squares"]).shape == (2, 16)
 
 
-def test_a_deployment_run_refuses_an_override_outside_the_allow_list(stack):
+def test_a_deployment_run_refuses_an_override_outside_the_allow_list(stack, submitted):
     """Through the real API and worker: the flow knows it runs for a deployment and refuses a
     set that would redirect tracking (docs/operations.md, what a deployment run accepts)."""
     _, env, folder = stack
-    run_id = start_run(env, f"out_dir={folder / 'out-x'}", "services.mlflow_tracking_uri=http://127.0.0.1:9")
+    run_id = submitted["refused"]
     assert wait_state(env, run_id) == "FAILED"
     r = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=10)
     assert "services.mlflow_tracking_uri" in r.json()["state"]["message"], r.json()["state"]
     assert not (folder / "out-x").exists()  # refused before anything ran
 
 
-def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack):
+def test_two_concurrent_flow_runs_both_complete_with_nothing_lost(stack, submitted):
     _, env, folder = stack
-    ids = [start_run(env, f"out_dir={folder / 'out-b'}", f"seed={s}", f"world.seed={s}") for s in (1, 2)]
+    ids = [submitted["concurrent-1"], submitted["concurrent-2"]]
     assert [wait_state(env, i) for i in ids] == ["COMPLETED", "COMPLETED"]
     ml = Mlflow(env["MLFLOW_TRACKING_URI"])
     for i in ids:
