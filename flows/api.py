@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from platonic.core.config import ConfigError, PipelineConfig, load_config, require_trusted
+from platonic.core.config.packages import needed_packages
 
 from . import runlog, services, store
 
@@ -59,7 +60,7 @@ def run_config(
 
     require_trusted(cfg, trust_remote_code)
     modes = plan(cfg, only, from_stage, list(force))  # stage names checked before anything starts (or imports MLflow)
-    require_packages(cfg)
+    require_packages(needed_packages(cfg))
     where = store.check_for_writing(cfg.out_dir, f"{command} --out-dir COPY")
     services.apply(cfg.services)  # the recipe's endpoints, where the environment names none
     services.use_local_server(where)  # before anything imports Prefect
@@ -78,12 +79,13 @@ def run_config(
     return pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=list(force) or None)
 
 
-def require_packages(cfg: PipelineConfig) -> None:
+def require_packages(need: dict[str, tuple[str, str]]) -> None:
     """ConfigError, one line, when the recipe turns on something whose package is not
-    installed (before, the stage that imports it failed after Prefect's server had started)."""
+    installed (`need`: config/packages.py's needed_packages or match_needed_packages; before,
+    the stage that imports it failed after Prefect's server had started)."""
     from platonic.core.config.packages import missing_packages
 
-    if missing := missing_packages(cfg):
+    if missing := missing_packages(need):
         raise ConfigError(f"the recipe needs packages that are not installed: {'; '.join(missing)}")
 
 
@@ -104,7 +106,7 @@ def ablate(
     abl, cells = load_ablation(str(recipe), list(sets), store.out_dir_sets(base_sets, out_dir), quick)
     for cell in cells:
         require_trusted(cell.cfg, trust_remote_code)
-        require_packages(cell.cfg)
+        require_packages(needed_packages(cell.cfg))
     where = store.check_for_writing(cells[0].cfg.out_dir, f"platonic ablate {recipe} --out-dir COPY")
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)

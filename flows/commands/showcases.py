@@ -71,12 +71,17 @@ def match(
     K-means image clusters matched to class-name embeddings by their kernels alone (no
     image-text pair); top-1/top-5 vs chance and the labelled oracle."""
     from platonic.core.config import ClassMatchConfig
+    from platonic.core.config.packages import match_needed_packages
     from platonic.core.stages import match_base
+
+    from ..api import require_packages
 
     with _reported_errors():
         cfg = load_config(config, store.out_dir_sets(sets), model=ClassMatchConfig)
-        # a bad base recipe or model name fails here, before Prefect starts
-        require_trusted([cfg, match_base(cfg)], trust_remote_code)
+        # a bad base recipe or model name, or a package a model needs, fails here, before Prefect starts
+        base = match_base(cfg)
+        require_trusted([cfg, base], trust_remote_code)
+        require_packages(match_needed_packages(cfg, base))
         where = store.check_for_writing(cfg.out_dir, f"platonic match {config} --set out_dir=COPY")
         store.say(where)
         services.embedded_defaults()
@@ -130,6 +135,9 @@ def caption(
     only; scored with pycocoevalcap (needs Java)."""
     from platonic.core.caption.recipe import load_caption
     from platonic.core.caption.score import MissingJava, MissingScorer, require_java, require_scorer
+    from platonic.core.config.packages import needed_packages
+
+    from ..api import require_packages
 
     try:  # before anything runs: scoring needs both
         require_scorer()
@@ -139,6 +147,8 @@ def caption(
     with _reported_errors():
         cfg, base = load_caption(recipe, store.out_dir_sets(sets), base_sets)
         require_trusted([cfg, base], trust_remote_code)
+        if base is not None:  # what the base pipeline turns on, before Prefect starts
+            require_packages(needed_packages(base))
         where = store.check_for_writing(cfg.out_dir, f"platonic caption {recipe} --set out_dir=COPY")
         from platonic.core.stages import caption_instances
 

