@@ -375,11 +375,25 @@ def pytest_xdist_node_collection_finished(node, ids):
         _start_background_demo(node.config._tmp_path_factory.getbasetemp())
 
 
+_DEMO_SUMMARY: list[str] = []  # the background demo's line in the session's summary
+
+
 def pytest_sessionfinish(session, exitstatus):
     demo = _BACKGROUND.pop("demo", None)
     if demo is not None:
+        done = demo.folder / "demo.exit.json"
+        if done.is_file():  # whether the session waited on it at the end (CI's critical path)
+            wall = json.loads(done.read_text())["wall"]
+            ended = float((demo.folder / "demo.started").read_text()) + wall
+            before = time.time() - ended
+            _DEMO_SUMMARY.append(f"background demo: {wall:.0f} s wall, ended {before:.0f} s before the session")
         demo.stop()
         shutil.rmtree(demo.folder, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _DEMO_SUMMARY:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture
