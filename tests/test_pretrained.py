@@ -57,16 +57,19 @@ def stand_in(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def views(tmp_path_factory):
-    """A views artifact's files, as the train stage reads them (the views' own tokenizer is a
-    different vocabulary: an init model must not use it)."""
-    d = tmp_path_factory.mktemp("views")
+def write_views(d: Path) -> Path:
+    """A views artifact's files in `d`, as the train stage reads them (the views' own tokenizer
+    is a different vocabulary: an init model must not use it)."""
     pq.write_table(pa.table({"texts": GROUPS}), d / "good_views.parquet")
     pq.write_table(pa.table({"text": TEXTS}), d / "texts.parquet")
     (d / "meta.json").write_text(json.dumps({"max_len": 12}))
     train_subword_tokenizer(TEXTS, 80, "wordpiece").save(str(d / "tokenizer.json"))
     return d
+
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory):
+    return write_views(tmp_path_factory.mktemp("views"))
 
 
 def _cfg(folder, **kw) -> ModelConfig:

@@ -12,12 +12,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from pydantic import ValidationError
 from safetensors.torch import load_file, save_file
+from test_pretrained import TEXTS, write_views
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoModel, AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 
@@ -29,12 +28,6 @@ from platonic.core.tokenizer import special_ids
 from platonic.core.train import run_train
 from platonic.core.train.loop import param_groups
 
-GROUPS = [
-    [f"{n}", f"a {n} is a kind of {k}", f"the {n} sat by the {p}"]
-    for n, k in (("dog", "canine"), ("cat", "feline"), ("oak", "tree"), ("rose", "flower"), ("hawk", "bird"))
-    for p in ("door", "river", "wall")
-]
-TEXTS = [t for g in GROUPS for t in g]
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # Gemma's own ids 0..4
 
 
@@ -88,14 +81,7 @@ def stand_in(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def views(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("views")
-    pq.write_table(pa.table({"texts": GROUPS}), d / "good_views.parquet")
-    pq.write_table(pa.table({"text": TEXTS}), d / "texts.parquet")
-    (d / "meta.json").write_text(json.dumps({"max_len": 12}))
-    from platonic.core.tokenizer import train_subword_tokenizer
-
-    train_subword_tokenizer(TEXTS, 80, "wordpiece").save(str(d / "tokenizer.json"))
-    return d
+    return write_views(tmp_path_factory.mktemp("views"))
 
 
 def _cfg(folder, **kw) -> ModelConfig:
