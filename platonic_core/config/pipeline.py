@@ -535,13 +535,9 @@ class ModelConfig(Section):
             if self.data == "stream":
                 raise ValueError("init (a pretrained tokenizer) trains from memory (data: memory)")
             # what a packaged name already says; a folder's architecture is checked at train
-            # (models/pretrained.py's init_kind), with errors naming the same fields
-            if self.init in BERT_PACKAGED and (self.pooling != "mean" or self.train_blocks is not None):
-                raise ValueError(
-                    f"init {self.init!r} is a BERT encoder: pooling (mean only) and train_blocks are for a decoder init"
-                )
-            if self.init in BERT_PACKAGED and self.objective == "next_token":
-                raise ValueError(f"objective next_token is a decoder's own; init {self.init!r} is a BERT encoder")
+            # (models/pretrained.py's init_kind) by the same rule
+            if self.init in BERT_PACKAGED:
+                self.check_init_kind("bert")
         elif self.pooling != "mean" or self.train_blocks is not None:
             raise ValueError("pooling and train_blocks are for a text_jepa started from a pretrained decoder (init)")
         if self.objective == "next_token" and (self.init is None or self.views != "good"):
@@ -555,6 +551,16 @@ class ModelConfig(Section):
         if self.objective == "infonce" and (self.kind != "text_jepa" or self.views != "good" or self.n_views != 2):
             raise ValueError("objective infonce contrasts two good views of a text_jepa (views: good, n_views: 2)")
         return self
+
+    def check_init_kind(self, kind: str) -> None:
+        """ValueError when the recipe asks of its init what a `kind` architecture ("bert" or
+        "decoder") cannot give: pooling rules, frozen blocks and next-token are a decoder's."""
+        if kind == "bert" and (self.pooling != "mean" or self.train_blocks is not None):
+            raise ValueError(
+                f"init {self.init!r} is a BERT encoder: pooling (mean only) and train_blocks are for a decoder init"
+            )
+        if kind == "bert" and self.objective == "next_token":
+            raise ValueError(f"objective next_token is a decoder's own; init {self.init!r} is a BERT encoder")
 
 
 # a model name is part of MLflow keys: tags `platonic.reused.train:NAME`, metrics

@@ -362,16 +362,6 @@ def train_model(
 DECODER_FEATURE_LEN = 512
 
 
-def check_init(cfg: ModelConfig, kind: str) -> None:
-    """What the recipe asks of an init that its architecture (`init_kind`) cannot give."""
-    if kind == "bert" and (cfg.pooling != "mean" or cfg.train_blocks is not None):
-        raise ValueError(
-            f"init {cfg.init!r} is a BERT encoder: pooling (mean only) and train_blocks are for a decoder init"
-        )
-    if kind == "bert" and cfg.objective == "next_token":
-        raise ValueError(f"objective next_token is a decoder's own; init {cfg.init!r} is a BERT encoder")
-
-
 def check_decoder(cfg: ModelConfig, model: torch.nn.Module) -> None:
     """The recipe's train_blocks and objective against the decoder as built."""
     if cfg.train_blocks is not None and cfg.train_blocks > model.blocks:
@@ -403,7 +393,7 @@ def run_train(
     init, gguf = init_source(cfg.init) if cfg.init else (None, None)
     kind = init_kind(init, gguf) if init else None
     if init:
-        check_init(cfg, kind)
+        cfg.check_init_kind(kind)
     if cfg.kind == "image_jepa":
         renders = load_train_renders(input_dir)
         build_args = {"image_size": int(renders.shape[2])}
