@@ -128,9 +128,11 @@ def write_sentence_transformers(dest: Path, dim: int, max_len: int, pooling: str
     ]
     (dest / "modules.json").write_text(json.dumps(modules, indent=1))
     (dest / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
+    modes = ["cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens"]
+    if pooling != "mean":  # the key is written only where it is used (mean exports unchanged)
+        modes.append("lasttoken")
     want = "mean_tokens" if pooling == "mean" else "lasttoken"
-    modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-    flags = {f"pooling_mode_{m}": m == want for m in (*modes, *(("lasttoken",) if pooling != "mean" else ()))}
+    flags = {f"pooling_mode_{m}": m == want for m in modes}
     (dest / "1_Pooling").mkdir()
     (dest / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": dim, **flags}, indent=1))
 
@@ -200,7 +202,8 @@ def model_card(info: dict[str, Any], folder: Path | None = None) -> str:
     placeholder to replace."""
     causal = info["kind"] == "causal_lm"
     last = info.get("pooling_rule") == "last"
-    encoder = "Gemma-3 decoder" if info["architecture"].startswith("Gemma3") else "BERT encoder"
+    decoder = info["architecture"].startswith("Gemma3")
+    encoder = "Gemma-3 decoder" if decoder else "BERT encoder"
     objective = "next-token prediction (GPT-2)" if causal else f"JEPA, {info['views']} views ({encoder})"
     if info.get("objective") in ("infonce", "next_token"):  # a post-trained encoder's own objective
         own = {"infonce": "in-batch InfoNCE", "next_token": "next-token prediction"}[info["objective"]]
@@ -245,7 +248,7 @@ def model_card(info: dict[str, Any], folder: Path | None = None) -> str:
             if last
             else "The features are the masked mean over tokens of one layer's hidden states "
             "(`hidden_states[layer]`), not the pooler"
-            + (" (it is all zeros and was never trained)." if not (causal or "Gemma3" in info["architecture"]) else ".")
+            + (" (it is all zeros and was never trained)." if not (causal or decoder) else ".")
         ),
         "",
         "```python",

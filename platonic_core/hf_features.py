@@ -23,8 +23,6 @@ from tqdm.auto import tqdm
 
 from .models.pooling import pool_tokens
 
-__all__ = ["hf_image_layer_features", "hf_text_layer_features", "pool_tokens"]
-
 
 def _dtype(name: str) -> torch.dtype | str:
     return {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

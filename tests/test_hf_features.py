@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from platonic.core.hf_features import hf_image_layer_features, hf_text_layer_features, pool_tokens
+from platonic.core.hf_features import hf_image_layer_features, hf_text_layer_features
+from platonic.core.models.pooling import pool_tokens
 from platonic.core.tokenizer import train_tokenizer
 
 TEXTS = [
