@@ -118,7 +118,7 @@ def prefect_harness():
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, prefect_harness):
+def tiny_run(tmp_path_factory, worker_id, prefect_harness):
     """One real pipeline run of configs/tiny.yaml per session, shared by whoever needs it
     (read-only: tests that rerun or change the recipe should use their own out_dir):
     (out_dir, results)."""
@@ -128,11 +128,11 @@ def tiny_run(tmp_path_factory, prefect_harness):
     def build(out: Path) -> dict:
         return pipeline(load_config(TINY, [f"out_dir={out}"]).model_dump(mode="json"))
 
-    return _once_per_session(tmp_path_factory, "tiny", build)
+    return _once_per_session(tmp_path_factory, worker_id, "tiny", build)
 
 
 @pytest.fixture(scope="session")
-def wordnet_tiny_run(tmp_path_factory, prefect_harness):
+def wordnet_tiny_run(tmp_path_factory, worker_id, prefect_harness):
     """One real pipeline run of configs/wordnet_tiny.yaml per session (read-only, like
     tiny_run): the training corpus read from the WordNet fixture (31 synsets) so it takes
     seconds, the eval set all 1,000 classes of the installed WordNet (the dog subset is
@@ -152,10 +152,10 @@ def wordnet_tiny_run(tmp_path_factory, prefect_harness):
         sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
         return pipeline(load_config(REPO / "configs" / "wordnet_tiny.yaml", sets).model_dump(mode="json"))
 
-    return _once_per_session(tmp_path_factory, "wordnet_tiny", build)
+    return _once_per_session(tmp_path_factory, worker_id, "wordnet_tiny", build)
 
 
-def _once_per_session(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
+def _once_per_session(tmp_path_factory, worker_id: str, name: str, build) -> tuple[Path, dict]:
     """A read-only pipeline run built once per test session, xdist's workers included: the
     first worker to take the lock runs `build(out_dir)` in the session's folder and writes its
     results beside it; the other reads them (two tiny runs were ~30 s of CPU each under two
@@ -164,7 +164,7 @@ def _once_per_session(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
     from filelock import FileLock
 
     root = tmp_path_factory.getbasetemp()
-    if root.name.startswith("popen-gw"):  # a worker's folder: the session's is its parent
+    if worker_id != "master":  # xdist's worker_id; a worker's folder is in the session's
         root = root.parent
     out, done = root / f"shared-{name}", root / f"shared-{name}.json"
     with FileLock(str(root / f"shared-{name}.lock")):
