@@ -94,6 +94,12 @@ def _in_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _session_folder(config) -> Path:
+    """The session's temporary folder: a worker's is a folder inside the controller's."""
+    base = config._tmp_path_factory.getbasetemp()
+    return base.parent if _in_worker(config) else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
     """One intra-op thread in the test process, as it is anyway after its first train stage
@@ -118,21 +124,15 @@ def prefect_harness():
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, worker_id, prefect_harness):
+def tiny_run(pytestconfig, prefect_harness):
     """One real pipeline run of configs/tiny.yaml per session, shared by whoever needs it
     (read-only: tests that rerun or change the recipe should use their own out_dir):
     (out_dir, results)."""
-    from platonic.core.config import load_config
-    from platonic.flows.pipeline import pipeline
-
-    def build(out: Path) -> dict:
-        return pipeline(load_config(TINY, [f"out_dir={out}"]).model_dump(mode="json"))
-
-    return _once_per_session(tmp_path_factory, worker_id, "tiny", build)
+    return _once_per_session(pytestconfig, "tiny", run_tiny)
 
 
 @pytest.fixture(scope="session")
-def wordnet_tiny_run(tmp_path_factory, worker_id, prefect_harness):
+def wordnet_tiny_run(pytestconfig, prefect_harness):
     """One real pipeline run of configs/wordnet_tiny.yaml per session (read-only, like
     tiny_run): the training corpus read from the WordNet fixture (31 synsets) so it takes
     seconds, the eval set all 1,000 classes of the installed WordNet (the dog subset is
@@ -152,20 +152,18 @@ def wordnet_tiny_run(tmp_path_factory, worker_id, prefect_harness):
         sets = [f"out_dir={out}", f"ingest.paths=[{fixture}]", "concepts.classes=0"]
         return pipeline(load_config(REPO / "configs" / "wordnet_tiny.yaml", sets).model_dump(mode="json"))
 
-    return _once_per_session(tmp_path_factory, worker_id, "wordnet_tiny", build)
+    return _once_per_session(pytestconfig, "wordnet_tiny", build)
 
 
-def _once_per_session(tmp_path_factory, worker_id: str, name: str, build) -> tuple[Path, dict]:
+def _once_per_session(config, name: str, build) -> tuple[Path, dict]:
     """A read-only pipeline run built once per test session, xdist's workers included: the
     first worker to take the lock runs `build(out_dir)` in the session's folder and writes its
-    results beside it; the other reads them (two tiny runs were ~30 s of CPU each under two
+    results beside it; the other reads them (the WordNet run's setup was ~29 s in each of two
     workers). A build that failed wrote nothing, so the next worker tries again and fails
     alike. (out_dir, results), the results as JSON gives them back to every worker."""
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp()
-    if worker_id != "master":  # xdist's worker_id; a worker's folder is in the session's
-        root = root.parent
+    root = _session_folder(config)
     out, done = root / f"shared-{name}", root / f"shared-{name}.json"
     with FileLock(str(root / f"shared-{name}.lock")):
         if not done.exists():
@@ -422,7 +420,7 @@ def demo_run(tmp_path, request):
     or by xdist's controller: found in its folder), else a new one run in place."""
     if "demo" in _BACKGROUND:
         return _BACKGROUND["demo"]
-    started = request.config._tmp_path_factory.getbasetemp().parent / BACKGROUND_DEMO
+    started = _session_folder(request.config) / BACKGROUND_DEMO
     if _in_worker(request.config) and (started / "demo.started").is_file():
         return DemoResult(started)
     return DemoProcess(tmp_path)
