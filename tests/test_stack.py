@@ -139,8 +139,12 @@ class Mlflow:
             "runs", []
         )
 
+    def parents_of_flow_run(self, flow_run_id: str) -> list[dict]:
+        """The flow run's MLflow parent run, or none where it died before opening one."""
+        return self.runs(f"tags.`prefect.flow_run_id` = '{flow_run_id}'")
+
     def parent_of_flow_run(self, flow_run_id: str) -> dict:
-        runs = self.runs(f"tags.`prefect.flow_run_id` = '{flow_run_id}'")
+        runs = self.parents_of_flow_run(flow_run_id)
         assert len(runs) == 1, runs
         return runs[0]
 
@@ -314,8 +318,7 @@ def test_eight_runs_a_killed_worker_and_a_restarted_mlflow_server_lose_nothing(s
             state = "CRASHED"
         if state == "CRASHED":
             finished = set()
-            opened = ml.runs(f"tags.`prefect.flow_run_id` = '{ids[-1]}'")  # none: it died before its MLflow run
-            for parent in opened:
+            for parent in ml.parents_of_flow_run(ids[-1]):
                 finished = {
                     tags(k)["platonic.stage_instance"] for k in ml.children(parent) if k["info"]["status"] == "FINISHED"
                 }
