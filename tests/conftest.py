@@ -124,11 +124,14 @@ def prefect_harness():
 
 
 @pytest.fixture(scope="session")
-def tiny_run(pytestconfig, prefect_harness):
+def tiny_run(tmp_path_factory, prefect_harness):
     """One real pipeline run of configs/tiny.yaml per session, shared by whoever needs it
     (read-only: tests that rerun or change the recipe should use their own out_dir):
-    (out_dir, results)."""
-    return _once_per_session(pytestconfig, "tiny", run_tiny)
+    (out_dir, results). Once per xdist worker, not `_once_per_session`: its Prefect flow run
+    lives in the server of the worker that ran it, and tests read it back through their own
+    (test_pipeline.py's graph test failed when the other worker had built it)."""
+    out = tmp_path_factory.mktemp("tiny")
+    return out, run_tiny(out)
 
 
 @pytest.fixture(scope="session")
@@ -160,7 +163,8 @@ def _once_per_session(config, name: str, build) -> tuple[Path, dict]:
     first worker to take the lock runs `build(out_dir)` in the session's folder and writes its
     results beside it; the other reads them (the WordNet run's setup was ~29 s in each of two
     workers). A build that failed wrote nothing, so the next worker tries again and fails
-    alike. (out_dir, results), the results as JSON gives them back to every worker."""
+    alike. (out_dir, results), the results as JSON gives them back to every worker. Only for
+    a run whose tests read nothing of it from Prefect: its flow run is in the builder's server."""
     from filelock import FileLock
 
     root = _session_folder(config)
