@@ -206,3 +206,30 @@ def test_documents_concatenate_texts_of_one_image():
         ModelConfig(kind="causal_lm", views="documents", width=16, heads=2, data="stream")
     with pytest.raises(ValueError, match="views"):
         ModelConfig(kind="text_jepa", views="documents", width=16, heads=2)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_native_bf16_autocasts_where_the_cpu_has_bf16_and_says_so(monkeypatch, native):
+    """precision native_bf16: bf16 autocast on a CPU with bf16 instructions, fp32 on one
+    without; the summary (MLflow metrics) records which. fp32 and auto stay fp32 on a CPU."""
+    import platonic.core.train.loop as loop
+
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: native)
+    cpu = torch.device("cpu")
+    for precision, want in (("native_bf16", native), ("fp32", False), ("auto", False), ("bf16", True)):
+        assert loop.use_bf16(ModelConfig(kind="text_jepa", precision=precision), cpu) is want, precision
+    renders = np.random.default_rng(0).integers(0, 255, (40, 2, 16, 16, 3), dtype=np.uint8)
+    cfg = ModelConfig(
+        kind="image_jepa",
+        views="renders",
+        width=16,
+        proj_dim=8,
+        steps=5,
+        batch_size=8,
+        slices=16,
+        precision="native_bf16",
+    )
+    model = build_model(cfg, image_size=16)
+    summary = train_model(cfg, model, make_sampler(cfg, ImageData(renders), 0), seed=0, show_progress=False)
+    assert summary["bf16_autocast"] == float(native) and np.isfinite(summary["final_loss"])
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights

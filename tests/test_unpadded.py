@@ -97,3 +97,27 @@ def test_a_change_at_a_padded_position_changes_nothing():
     torch.testing.assert_close(bert_hidden(model, ids2, mask), before)
     gpt = _gpt2("eager")
     torch.testing.assert_close(gpt2_hidden(gpt, ids2, mask), gpt2_hidden(gpt, ids, mask))
+
+
+def test_attention_runs_in_fp32_under_cpu_bf16_autocast(monkeypatch):
+    """Under CPU bf16 autocast the projections run in bf16 and attention in fp32 (torch's CPU
+    attention backward is slower in bf16): the kernel sees fp32 q, k, v; the hidden states
+    are those of the fp32 model up to bf16 rounding of the projections."""
+    import platonic.core.models.unpadded as unpadded
+
+    seen = []
+    sdpa = unpadded.F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.append(q.dtype)
+        return sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(unpadded.F, "scaled_dot_product_attention", spy)
+    ids, mask = _batch()
+    model = _bert("sdpa")
+    fp32 = bert_hidden(model, ids, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = bert_hidden(model, ids, mask)
+    assert seen and set(seen) == {torch.float32}, seen
+    torch.testing.assert_close(mixed.float(), fp32, rtol=0.05, atol=0.05)
+    assert not torch.equal(mixed.float(), fp32)  # the projections did run in bf16

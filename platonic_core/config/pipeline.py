@@ -450,8 +450,9 @@ class ModelConfig(Section):
     # budget in samples (the paper's 21.6M / 900M); when set, steps = ceil(samples / batch_size)
     samples: int | None = Field(None, ge=1, le=10**13)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # auto: bf16 autocast on a GPU that supports it, fp32 otherwise
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # auto: bf16 autocast on a GPU that supports it, fp32 otherwise; native_bf16: that, or
+    # on a CPU with bf16 instructions (AVX512-BF16, AMX), where it is faster (docs/training.md)
+    precision: Literal["auto", "fp32", "bf16", "native_bf16"] = "auto"
     # micro-batches per optimiser step; batch_size is the global batch (all processes)
     grad_accum: int = Field(1, ge=1, le=65_536)
     compile: bool = False

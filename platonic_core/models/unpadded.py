@@ -77,7 +77,12 @@ def attention_groups(attention_mask: torch.Tensor, causal: bool, dtype: torch.dt
 
 def _attend(qkv: torch.Tensor, groups: list[_Group], heads: int, scaling: float, dropout) -> torch.Tensor:
     """Multi-head attention of packed (n, 3D) q|k|v rows: softmax(q kᵀ · scaling + bias) v per
-    group of texts (`attention_groups`), by torch's fused kernel; (n, D) in the packed order."""
+    group of texts (`attention_groups`), by torch's fused kernel; (n, D) in the packed order.
+    Under CPU bf16 autocast it runs in fp32: torch's CPU kernel is slower in bf16 than in fp32
+    (its backward; docs/training.md), and the GEMMs around it keep their bf16."""
+    if qkv.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        with torch.autocast("cpu", enabled=False):
+            return _attend(qkv.float(), groups, heads, scaling, dropout)
     d = qkv.size(-1) // 3
     p = dropout.p if dropout.training else 0.0
     outs = []
