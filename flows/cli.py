@@ -35,6 +35,7 @@ the order `platonic --help` lists them.
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 
 import typer
@@ -108,7 +109,13 @@ app.command("serve-chat")(tools.serve_chat)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        # the command is done: the objects its imports made (torch, transformers, MLflow,
+        # Prefect: millions) stay out of the collections Python runs while it shuts down,
+        # which took 1.5-3 s a command (docs/benchmarks.md); atexit handlers still run
+        gc.freeze()
 
 
 if __name__ == "__main__":
