@@ -166,7 +166,8 @@ def _write_status(path: Path, code: int) -> None:
 def serve() -> None:
     """Fork a trainer per request line on stdin; reap them; exit when stdin closes and every
     child has ended."""
-    importlib.import_module(f"{ENTRY[1]}.launch")  # the point of the server: torch, transformers, the loop, once
+    for module in ("launch", "loop"):  # the point of the server: the entry point, torch, transformers, the loop, once
+        importlib.import_module(f"{ENTRY[1]}.{module}")
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # stops reach trainers through the flow, not here
     fd = sys.stdin.fileno()

@@ -8,6 +8,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+LOG_EVERY = 10  # training steps between two metrics lines (MLflow, the bar's postfix), in-process or relayed
+
 
 def bar(iterable: Iterable | None = None, *, desc: str, unit: str, total: int | None = None, **kw: Any) -> tqdm:
     return tqdm(iterable, desc=desc, unit=unit, total=total, leave=True, mininterval=0.5, dynamic_ncols=True, **kw)

@@ -185,7 +185,6 @@ def views(call: StageCall):
 
 def train(call: StageCall):
     from ..cpus import AUTO, resolve_threads, set_torch_threads
-    from ..train import run_train, train_in_subprocess
 
     model = call.inst.model
     mcfg, tc = call.cfg.train.models[model], call.cfg.train
@@ -193,17 +192,33 @@ def train(call: StageCall):
     threads = tc.threads
     if own_process and threads == AUTO:  # the usable CPUs shared by the processes at work at once
         threads = max(1, resolve_threads(AUTO) // (mcfg.nproc * tc.parallel))
-    # the flow's own stages meanwhile (a ceiling, an embedding) take one share, not every CPU
-    threads = set_torch_threads(threads)
+    threads = resolve_threads(threads)
 
     def on_log(step, metrics):
         call.hooks.log_metrics({f"train/{k}": v for k, v in metrics.items()}, step)
 
     if own_process:
+        # launch imports neither torch nor the loop; torch is imported here once the trainer
+        # runs, to give the flow's own stages meanwhile (a ceiling, an embedding) one share of
+        # the CPUs, not every CPU. Imported before the launch, beside the text stages in the
+        # flow's other thread, it held back the demo's first trainer 10-13 s
+        from ..train.launch import train_in_subprocess
+
         summary = train_in_subprocess(
-            call.cfg.seed, threads, model, mcfg, call.input("data"), call.out, call.state_dir, on_log
+            call.cfg.seed,
+            threads,
+            model,
+            mcfg,
+            call.input("data"),
+            call.out,
+            call.state_dir,
+            on_log,
+            on_started=lambda: set_torch_threads(threads),
         )
     else:
+        from ..train.loop import run_train
+
+        set_torch_threads(threads)
         summary = run_train(
             mcfg,
             call.cfg.seed,

@@ -22,18 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
-
 from .. import interrupt
 from ..cpus import AUTO, resolve_threads, set_torch_threads
 from ..forkserver import ENTRY, ForkedTrainer, forking_available, trainer_server
-from ..progress import bar
-from .checkpoint import latest_checkpoint
-from .loop import LOG_EVERY, rank_world, resolve_device, run_train
+from ..progress import LOG_EVERY, bar
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
+
+# The client side (the commands, `train_in_subprocess`, `relay_metrics`) imports neither torch
+# nor the loop, nor does the package (`__init__`, lazy): the flow's process starts its first
+# trainer at once instead of after importing torch and transformers (3 s alone; 13 s in the
+# demo, beside the text stages in its other thread). `main`, the trainer's side, imports them.
 
 
 def entry_command(
@@ -90,11 +90,13 @@ def train_in_subprocess(
     out: Path,
     state: Path,
     on_log: Callable[[int, dict], None],
+    on_started: Callable[[], object] | None = None,
 ) -> dict:
     """Train in processes of its own: `torchrun --nproc-per-node mcfg.nproc` (the entry point
     a cluster runs), or that entry point alone for one process (trainings side by side:
     `train.parallel`); returns the trainer's summary. Resumes from the checkpoints in
-    `state`. A progress bar follows the relayed steps. A stop request
+    `state`. `on_started` is called once the process runs (what this process still has to
+    do, beside it). A progress bar follows the relayed steps. A stop request
     (`platonic.core.interrupt`) is relayed as SIGTERM, then raises Interrupted: torchrun
     signals its ranks, which end by it (a rerun resumes from the last periodic checkpoint);
     a lone process saves its state at the step it was on, as an in-process run does."""
@@ -122,6 +124,8 @@ def train_in_subprocess(
     # the trainer directly (which would stop wherever it was, saving nothing)
     with interrupt.polled(), steps:
         p = _start(cmd, log_file, state / "train.rc")
+        if on_started is not None:
+            on_started()
         done = 0
         while p.poll() is None:
             if interrupt.stop_requested() and not relayed:
@@ -134,6 +138,8 @@ def train_in_subprocess(
             done = relay_metrics(metrics, done, relayed_step)
         relay_metrics(metrics, done, relayed_step)
     if relayed and p.returncode != 0:  # else it finished as the request came: keep what it trained
+        from .checkpoint import latest_checkpoint
+
         kept = f"a rerun resumes from {c}" if (c := latest_checkpoint(state)) else "nothing saved"
         raise interrupt.Interrupted(f"train:{model} stopped under {what}; {kept}")
     if p.returncode != 0:
@@ -166,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     """Train one model of a recipe. Under torchrun (WORLD_SIZE > 1) every process runs this;
     the process group is gloo on CPU, nccl on GPU; rank 0 writes the outputs. Per-step
     metrics go to a JSONL file (`--metrics`), which the train stage logs to MLflow."""
+    import torch
+    import torch.distributed as dist
+
     from ..config import ModelConfig, load_config
+    from .loop import rank_world, resolve_device, run_train
 
     ap = argparse.ArgumentParser(prog="python -m platonic.core.train", description=main.__doc__)
     ap.add_argument("--recipe", required=True, help="a pipeline recipe (YAML), or a train job (JSON) a stage wrote")

@@ -38,13 +38,11 @@ from ..models.pretrained import (
     load_init_weights,
 )
 from ..objectives import SIGReg, info_nce, lejepa_loss
-from ..progress import bar
+from ..progress import LOG_EVERY, bar
 from ..tokenizer import DEFAULT_SPECIALS, load_tokenizer, special_ids
 from .checkpoint import latest_checkpoint, load_train_state, save_train_state
 from .data import ImageData, load_text_data, load_train_renders
 from .sampler import StreamSampler, make_sampler
-
-LOG_EVERY = 10  # steps between two metrics lines (MLflow, progress postfix), in-process or relayed
 
 if TYPE_CHECKING:
     from ..config import ModelConfig, OptimConfig
