@@ -46,6 +46,21 @@ def test_the_library_imports_no_prefect_mlflow_or_app():
     assert p.stdout.strip() == "", f"platonic.core pulled in: {p.stdout.strip()[:500]}"
 
 
+def test_the_train_stage_launches_a_trainer_without_importing_torch():
+    """The train stage's client side (train/launch.py, through the package) and the fork
+    server's client import neither torch nor transformers: the flow's process starts a trainer
+    at once (the demo's first trainer waited 10-13 s on that import: docs/benchmarks.md)."""
+    code = (
+        "import sys\n"
+        "from platonic.core.train import entry_command, relay_metrics, torchrun_command, train_in_subprocess\n"
+        "from platonic.core.forkserver import trainer_server\n"
+        "print(','.join(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'transformers'))))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "", f"the client side pulled in: {p.stdout.strip()[:300]}"
+
+
 def _imported_modules(tree: ast.Module, package: list[str], modules: set[str]) -> set[str]:
     """The modules of `modules` an import statement of `tree` names, module-level or deferred
     into a function (a deferred import hides a cycle at import time, it does not remove it);
