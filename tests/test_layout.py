@@ -28,37 +28,40 @@ def test_every_package_folder_is_installed_under_the_namespace():
     assert {tool["package-dir"][n] for n in FOLDERS.values()} == set(FOLDERS)
 
 
+def _pulled_in(imports: str, unwanted: str) -> list[str]:
+    """Run `imports` (Python lines) in a fresh interpreter; the modules then loaded for which
+    the expression `unwanted` (of a module's name `n`) is true."""
+    code = f"import sys\n{imports}\nprint(','.join(sorted(n for n in sys.modules if {unwanted})))\n"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return [m for m in p.stdout.strip().split(",") if m]
+
+
 def test_the_library_imports_no_prefect_mlflow_or_app():
     """Import every module of platonic.core in a fresh interpreter: none pulls Prefect,
     MLflow, platonic.tasks or platonic.flows (what a notebook user gets)."""
-    code = (
-        "import importlib, pkgutil, sys\n"
+    every_module = (
+        "import importlib, pkgutil\n"
         "import platonic.core as core\n"
         "for m in pkgutil.walk_packages(core.__path__, 'platonic.core.'):\n"
         "    if not m.name.endswith('__main__'):\n"
-        "        importlib.import_module(m.name)\n"
-        "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('prefect', 'mlflow')\n"
-        "             or n.startswith(('platonic.tasks', 'platonic.flows')))\n"
-        "print(','.join(bad))\n"
+        "        importlib.import_module(m.name)"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.strip() == "", f"platonic.core pulled in: {p.stdout.strip()[:500]}"
+    app = "n.split('.')[0] in ('prefect', 'mlflow') or n.startswith(('platonic.tasks', 'platonic.flows'))"
+    bad = _pulled_in(every_module, app)
+    assert not bad, f"platonic.core pulled in: {','.join(bad)[:500]}"
 
 
 def test_the_train_stage_launches_a_trainer_without_importing_torch():
     """The train stage's client side (train/launch.py, through the package) and the fork
     server's client import neither torch nor transformers: the flow's process starts a trainer
     at once (the demo's first trainer waited 10-13 s on that import: docs/benchmarks.md)."""
-    code = (
-        "import sys\n"
+    client = (
         "from platonic.core.train import entry_command, relay_metrics, torchrun_command, train_in_subprocess\n"
-        "from platonic.core.forkserver import trainer_server\n"
-        "print(','.join(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'transformers'))))\n"
+        "from platonic.core.forkserver import trainer_server"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.strip() == "", f"the client side pulled in: {p.stdout.strip()[:300]}"
+    bad = _pulled_in(client, "n.split('.')[0] in ('torch', 'transformers')")
+    assert not bad, f"the client side pulled in: {','.join(bad)[:300]}"
 
 
 def _imported_modules(tree: ast.Module, package: list[str], modules: set[str]) -> set[str]:
