@@ -46,29 +46,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
 
 
-__all__ = [
-    "ImageData",
-    "Sampler",
-    "StreamSampler",
-    "TextData",
-    "compute_loss",
-    "entry_command",
-    "latest_checkpoint",
-    "load_text_data",
-    "load_train_renders",
-    "load_train_state",
-    "lr_at",
-    "main",
-    "make_sampler",
-    "mask_tokens",
-    "resolve_device",
-    "run_train",
-    "save_train_state",
-    "slice_batch",
-    "snapshot_steps",
-    "relay_metrics",
-    "torchrun_command",
-    "train_model",
-    "train_in_subprocess",
-    "use_bf16",
-]
+__all__ = sorted(_HOME)

@@ -177,11 +177,11 @@ def use_bf16(cfg: ModelConfig, device: torch.device) -> bool:
     p = cfg.precision
     if p == "fp32":
         return False
-    ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if p == "bf16" and device.type == "cuda" and not ok:
-        raise RuntimeError("precision: bf16, but this GPU does not support bf16")
     if device.type == "cpu":  # CPU bf16 autocast when asked for, or where the CPU has it natively
         return p == "bf16" or (p == "native_bf16" and cpu_has_native_bf16())
+    ok = torch.cuda.is_bf16_supported()
+    if p == "bf16" and not ok:
+        raise RuntimeError("precision: bf16, but this GPU does not support bf16")
     return ok
 
 
