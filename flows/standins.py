@@ -26,6 +26,10 @@ def build_standins(out: Path, world_dir: Path | None = None, n: int = 64, seed: 
     import datasets
     import torch
     from PIL import Image
+
+    from platonic.core.model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import (
         BertConfig,
         BertModel,
@@ -163,6 +167,10 @@ def build_generation_standins(out: Path, texts: list[str], seed: int = 0) -> dic
 
     Their outputs are word salad from the vocabulary of `texts`; they exercise the plumbing."""
     import torch
+
+    from platonic.core.model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import (
         GPT2Config,
         GPT2LMHeadModel,

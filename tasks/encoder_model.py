@@ -27,6 +27,9 @@ def save_model(path: str, mlflow_model: Any, extras: tuple[dict, dict], **kwargs
     """mlflow.transformers.save_model, then platonic.json + the projector beside the model,
     LICENSE.txt saying what is known of its terms, and the pyfunc flavor's loader pointed at
     `_load_pyfunc` below (MLmodel rewritten)."""
+    from platonic.core.model_stack import import_model_stack
+
+    import_model_stack("mlflow.transformers")  # transformers, one thread at a time
     import mlflow.transformers
 
     from platonic.core.export import LICENSE_FILE, license_text, write_extras
@@ -61,6 +64,9 @@ class PooledEncoder:
     `pooling_rule: last`, the last real token) of `hidden_states[layer]`, (N, D) float32."""
 
     def __init__(self, path: Path):
+        from platonic.core.model_stack import import_model_stack
+
+        import_model_stack()  # transformers, one thread at a time
         from transformers import AutoModel, AutoTokenizer
 
         meta = path / "platonic.json"

@@ -76,6 +76,9 @@ def _device(name: str) -> torch.device:
 def build_tokenizer(texts: list[str], cfg: DecoderConfig):
     """The decoder's tokenizer as a transformers fast tokenizer: a word-level vocabulary of
     the decoder texts (`scratch`, tokenizer.py: deterministic) or the LM's own (`hf`)."""
+    from ..model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if cfg.source == "hf":
@@ -110,6 +113,9 @@ def encode_captions(tok, texts: list[str], max_len: int) -> tuple[torch.Tensor, 
 
 
 def build_lm(cfg: DecoderConfig, tok) -> nn.Module:
+    from ..model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
     if cfg.source == "hf":
@@ -299,6 +305,9 @@ def save_decoder(model: PrefixDecoder, tok, out: Path) -> None:
 def load_decoder(folder: Path, device: str = "auto") -> tuple[PrefixDecoder, object]:
     """(decoder in eval mode, its tokenizer) from `save_decoder`'s folder: local files only,
     no remote code."""
+    from ..model_stack import import_model_stack
+
+    import_model_stack()  # transformers, one thread at a time
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     meta = json.loads((folder / "decoder.json").read_text())

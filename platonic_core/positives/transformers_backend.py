@@ -89,6 +89,10 @@ class ChatModel:
         gguf_file: str | None = None,
     ):
         import torch  # noqa: F401  (transformers needs it; imported here so the package stays light)
+
+        from ..model_stack import import_model_stack
+
+        import_model_stack()  # transformers, one thread at a time
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import (
             MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
