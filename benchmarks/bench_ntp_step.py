@@ -3,6 +3,7 @@
     python benchmarks/bench_ntp_step.py                        # widths 64 and 256, V = 8,000
     python benchmarks/bench_ntp_step.py --widths 64 --vocab 30522 --rounds 5
     python benchmarks/bench_ntp_step.py --views STORE/artifacts/views/KEY     # a views artifact's batches
+    python benchmarks/bench_ntp_step.py --precision fp32       # only fp32 (default: fp32, then native_bf16)
 
 Each step is the train loop's own (`compute_loss`, backward, clipping, AdamW) on batches
 shaped like configs/wordnet.yaml's: a JEPA sees 2 views x 128 texts of up to 32 tokens, the
@@ -16,7 +17,10 @@ interleaved, round by round, so a noisy neighbour slows them alike:
 - ntp_ref:   the same model and batch through logits (B, T, V) and F.cross_entropy, the way
              the loss was computed before (the baseline the fused loss is measured against).
 Prints the median step time of each and the ratios ntp / jepa (target <= 3) and
-ntp_ref / ntp (the speed-up), and checks that the two next-token losses agree.
+ntp_ref / ntp (the speed-up), and checks that the two next-token losses agree. Each width is
+measured at each `--precision`, resolved as the train loop resolves a recipe's (`use_bf16`):
+`native_bf16` is bf16 autocast where the CPU has bf16 arithmetic (AVX512-BF16, AMX), the
+demo's precision; on a CPU without, it is fp32 and its row is skipped.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from platonic.core.models import build_model
 from platonic.core.objectives import SIGReg
 from platonic.core.tokenizer import load_tokenizer, special_ids
 from platonic.core.train.data import load_text_data
-from platonic.core.train.loop import compute_loss
+from platonic.core.train.loop import compute_loss, cpu_has_native_bf16, use_bf16
 from platonic.core.train.sampler import make_sampler
 
 
@@ -60,18 +64,30 @@ def ref_ntp_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=-100)
 
 
-def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor]) -> None:
-    """One optimiser step as the train loop takes it: loss, backward, clipping, AdamW."""
-    loss = loss_fn()
+def train_step(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor], bf16: bool
+) -> None:
+    """One optimiser step as the train loop takes it: loss (under bf16 autocast if `bf16`),
+    backward, clipping, AdamW."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_fn()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
 
-def measure(width: int, a: argparse.Namespace, g: torch.Generator) -> dict:
-    """Median step times of jepa / ntp / ntp_ref at one width, interleaved round by round."""
-    common = {"width": width, "layers": a.layers, "heads": max(1, width // 16), "steps": a.steps, "batch_size": a.batch}
+def measure(width: int, precision: str, a: argparse.Namespace, g: torch.Generator) -> dict:
+    """Median step times of jepa / ntp / ntp_ref at one width and precision, interleaved
+    round by round."""
+    common = {
+        "width": width,
+        "layers": a.layers,
+        "heads": max(1, width // 16),
+        "steps": a.steps,
+        "batch_size": a.batch,
+        "precision": precision,
+    }
     jcfg = ModelConfig(kind="text_jepa", views="good", lam=0.05, **common)
     ncfg = ModelConfig(kind="causal_lm", views="documents", tie_embeddings=False, **common)
     if a.views:  # the train stage's own batches: its tokenizer, samplers and padding
@@ -90,8 +106,10 @@ def measure(width: int, a: argparse.Namespace, g: torch.Generator) -> dict:
     jepa = build_model(jcfg, vocab_size=vocab, max_len=max_len).train()
     ntp = build_model(ncfg, vocab_size=vocab, max_len=2 * max_len).train()
     sigreg = SIGReg(jcfg.slices)
-    fused, ref = compute_loss(ncfg, ntp, nbatch, None, 0)[0].item(), ref_ntp_loss(ntp, nbatch).item()
-    if abs(fused - ref) > 1e-4 * abs(ref):
+    bf16 = use_bf16(ncfg, torch.device("cpu"))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        fused, ref = compute_loss(ncfg, ntp, nbatch, None, 0)[0].item(), ref_ntp_loss(ntp, nbatch).item()
+    if abs(fused - ref) > (1e-2 if bf16 else 1e-4) * abs(ref):  # bf16: a 8-bit mantissa's rounding
         raise SystemExit(f"the fused next-token loss {fused} differs from the reference {ref}")
     jopt, nopt = torch.optim.AdamW(jepa.parameters(), lr=1e-4), torch.optim.AdamW(ntp.parameters(), lr=1e-4)
     kinds = {
@@ -104,12 +122,14 @@ def measure(width: int, a: argparse.Namespace, g: torch.Generator) -> dict:
         for name, (model, opt, fn) in kinds.items():
             for s in range(a.steps):
                 t0 = time.perf_counter()
-                train_step(model, opt, fn)
+                train_step(model, opt, fn, bf16)
                 if s:  # the first step of a round is warm-up
                     times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "width": width,
+        "precision": precision,
+        "bf16_autocast": bf16,
         "layers": a.layers,
         "batch": a.batch,
         "vocab": vocab,
@@ -133,14 +153,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4, help="steps per round and kind (the first is warm-up)")
     ap.add_argument("--views", type=Path, default=None, help="a views artifact: its batches, not random ones")
+    ap.add_argument("--precision", nargs="+", default=["fp32", "native_bf16"], choices=["fp32", "native_bf16"])
     a = ap.parse_args()
     g = torch.Generator().manual_seed(0)
     rows = []
-    for width in a.widths:
-        rows.append(measure(width, a, g))
-        print(json.dumps(rows[-1]), flush=True)
-    worst = max(r["ratio_ntp_vs_jepa"] for r in rows)
-    print(f"next-token step / JEPA step: at most {worst} (target <= 3): {'ok' if worst <= 3 else 'ABOVE TARGET'}")
+    for precision in a.precision:
+        if precision == "native_bf16" and not cpu_has_native_bf16():  # it would measure fp32 again
+            print("native_bf16: this CPU has no bf16 arithmetic (it would run fp32): skipped", flush=True)
+            continue
+        for width in a.widths:
+            rows.append(measure(width, precision, a, g))
+            print(json.dumps(rows[-1]), flush=True)
+    for precision in dict.fromkeys(r["precision"] for r in rows):
+        worst = max(r["ratio_ntp_vs_jepa"] for r in rows if r["precision"] == precision)
+        verdict = "ok" if worst <= 3 else "ABOVE TARGET"
+        print(f"{precision}: next-token step / JEPA step at most {worst} (target <= 3): {verdict}")
 
 
 if __name__ == "__main__":
