@@ -486,7 +486,8 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "train",
-            3,  # 3: next-token's output layer fused into its cross-entropy; GPT-2's GELU one kernel
+            4,  # 3: next-token's output layer fused into its cross-entropy; GPT-2's GELU one kernel;
+            # 4: under bf16 autocast, that output layer's products in bf16 (fp32 softmax)
             ("seed", "train.models.{model}"),
             ("model.safetensors", "model.json", "tokenizer.json"),
             train,
