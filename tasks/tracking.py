@@ -502,13 +502,11 @@ def log_trained_model(
     from mlflow.models import Model
 
     from platonic.core.export import pretrained_parts
-    from platonic.core.model_stack import import_model_stack
 
     from . import encoder_model
 
-    # this runs in a training's thread, beside the flow's other stages: transformers and
-    # mlflow.transformers are imported before Model.log, under the stack's lock
-    import_model_stack("mlflow.transformers")
+    # this runs in a training's thread, beside the flow's other stages: pretrained_parts and
+    # the flavor's save_model import transformers through import_model_stack (model_stack.py)
     net, tok, info, tensors = pretrained_parts(train_dir, mcfg)
     logged = c.create_logged_model(
         experiment_id,
