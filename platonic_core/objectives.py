@@ -55,6 +55,30 @@ def _all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     return all_reduce_sum(x) / dist.get_world_size()
 
 
+class _EmpiricalCF(torch.autograd.Function):
+    """The empirical characteristic function's real and imaginary parts, mean(cos t·x) and
+    mean(sin t·x) over dim -3 of x·t: x (..., N, S), t (T,) -> 2 x (..., S, T).
+
+    autograd would take cos and sin again in backward (∂cos = −sin, ∂sin = cos), the step's
+    costliest element-wise work after attention; forward keeps the two it computed (2 x
+    (..., N, S, T), the size of the x·t autograd keeps) and backward only multiplies."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        xt = x.unsqueeze(-1) * t  # (..., N, S, T)
+        cos, sin = xt.cos(), xt.sin()
+        ctx.save_for_backward(cos, sin, t)
+        return cos.mean(-3), sin.mean(-3)
+
+    @staticmethod
+    def backward(ctx, grad_cos: torch.Tensor, grad_sin: torch.Tensor):
+        cos, sin, t = ctx.saved_tensors
+        n = cos.size(-3)
+        # mean's backward (g / N at every row), then ∂cos(u) = −sin(u), ∂sin(u) = cos(u)
+        grad_xt = (grad_cos / n).unsqueeze(-3) * -sin + (grad_sin / n).unsqueeze(-3) * cos  # (..., N, S, T)
+        return (grad_xt * t).sum(-1), None  # ∂(x·t)/∂x = t, summed over the T points
+
+
 class EppsPulley(torch.nn.Module):
     """Epps–Pulley normality statistic along dim -2 of x: (..., N, S) -> (..., S)."""
 
@@ -73,9 +97,8 @@ class EppsPulley(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.size(-2)
-        xt = x.float().unsqueeze(-1) * self.t  # (..., N, S, T)
-        cos_mean = _all_reduce_mean(xt.cos().mean(-3))  # (..., S, T)
-        sin_mean = _all_reduce_mean(xt.sin().mean(-3))
+        cos_mean, sin_mean = _EmpiricalCF.apply(x.float(), self.t)  # (..., S, T) each
+        cos_mean, sin_mean = _all_reduce_mean(cos_mean), _all_reduce_mean(sin_mean)
         err = (cos_mean - self.phi).square() + sin_mean.square()
         world = dist.get_world_size() if _distributed() else 1
         return (err @ self.weights) * (n * world)  # (..., S)
