@@ -25,6 +25,7 @@ How the web really writes (knobs `world.alt_*` / `world.eval_*`, all off by defa
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, TypeVar
 
@@ -344,9 +345,16 @@ _POS_LEX: list[tuple[str, int]] = sorted(
 _POS_CELL = {p: c for p, c in reversed(_POS_LEX)}  # a phrase -> its cell (the first in _POS_LEX wins)
 
 
+@functools.cache
+def _word_re(word: str) -> re.Pattern[str]:
+    """`word` as a whole word (not inside a longer word or hyphenation), compiled once."""
+    return re.compile(rf"(?<![\w-]){re.escape(word)}(?![\w-])")
+
+
 def _find(text: str, lex: list[tuple[str, str]]) -> str | None:
     for word, name in lex:
-        if re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text):
+        # the substring test first: most words of a lexicon are not in a text at all
+        if word in text and _word_re(word).search(text):
             return name
     return None
 
@@ -399,7 +407,9 @@ def _find_all(text: str, lex: list[tuple[str, T]]) -> list[T]:
     found: list[tuple[int, T]] = []  # starts never repeat: the sort never compares two T
     taken = [False] * len(text)
     for word, name in lex:
-        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text):
+        if word not in text:
+            continue
+        for m in _word_re(word).finditer(text):
             if not any(taken[m.start() : m.end()]):
                 taken[m.start() : m.end()] = [True] * (m.end() - m.start())
                 found.append((m.start(), name))
