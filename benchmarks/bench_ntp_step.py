@@ -20,7 +20,8 @@ Prints the median step time of each and the ratios ntp / jepa (target <= 3) and
 ntp_ref / ntp (the speed-up), and checks that the two next-token losses agree. Each width is
 measured at each `--precision`, resolved as the train loop resolves a recipe's (`use_bf16`):
 `native_bf16` is bf16 autocast where the CPU has bf16 arithmetic (AVX512-BF16, AMX), the
-demo's precision; on a CPU without, it is fp32 and its row is skipped.
+demo's precision; on a CPU without, it is fp32 and its row is skipped. malloc is set as a
+trainer's is (`--allocator glibc`: glibc's defaults, the run to compare against).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from platonic.core.allocator import keep_freed_memory
 from platonic.core.config import ModelConfig
 from platonic.core.models import build_model
 from platonic.core.objectives import SIGReg
@@ -154,7 +156,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="steps per round and kind (the first is warm-up)")
     ap.add_argument("--views", type=Path, default=None, help="a views artifact: its batches, not random ones")
     ap.add_argument("--precision", nargs="+", default=["fp32", "native_bf16"], choices=["fp32", "native_bf16"])
+    ap.add_argument(
+        "--allocator",
+        default="trainer",
+        choices=["trainer", "glibc"],
+        help="malloc as a trainer sets it (platonic_core/allocator.py), or glibc's defaults",
+    )
     a = ap.parse_args()
+    if a.allocator == "trainer" and not keep_freed_memory():
+        print("allocator: this process's malloc kept its settings (not glibc, or MALLOC_* set)", flush=True)
     g = torch.Generator().manual_seed(0)
     rows = []
     for precision in a.precision:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import interrupt
+from ..allocator import keep_freed_memory
 from ..cpus import AUTO, resolve_threads, set_torch_threads
 from ..forkserver import ENTRY, ForkedTrainer, forking_available, trainer_server
 from ..progress import LOG_EVERY, bar
@@ -199,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         mcfg, seed, threads = cfg.train.models[a.model], cfg.seed, cfg.train.threads
     if threads == AUTO:  # the ranks on this node share its usable CPUs
         threads = max(1, resolve_threads(AUTO) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    keep_freed_memory()  # a launcher's rank as a flow's trainer: platonic_core/allocator.py
     set_torch_threads(threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     # a stop request, not the end: ranks of several agree on the step to stop before (the
