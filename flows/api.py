@@ -68,14 +68,20 @@ def run_config(
         require_cached(cfg, modes, f"build them first: {command}", command)
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)
-    from platonic.tasks import tracking
+    from platonic.tasks.run_ids import probe_server, tracking_uri
 
-    tracking.probe_server(tracking.tracking_uri(cfg.out_dir))  # a dead MLflow server: one line before Prefect starts
-    services.tie_temporary_server()  # when no server was found
+    probe_server(tracking_uri(cfg.out_dir))  # a dead MLflow server: one line before Prefect starts
+    # when no server was found: Prefect's temporary one boots in its own process (~4 s) while
+    # this one does what the flow would do first: import MLflow and torch, open the store
+    if services.tie_temporary_server() == "temporary":
+        import torch  # noqa: F401
+
+        from platonic.tasks import tracking
+
+        tracking.client(cfg.out_dir)
     from .pipeline import pipeline
 
     runlog.start(where)  # after Prefect's logging is set up (at its import), before the flow
-
     return pipeline(cfg.model_dump(mode="json"), only=only, from_stage=from_stage, force=list(force) or None)
 
 

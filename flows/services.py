@@ -171,8 +171,11 @@ def use_local_server(out_dir: str | Path) -> str | None:
 
 def tie_temporary_server() -> str:
     """The API URL a Prefect profile sets, else "temporary": the temporary server Prefect will
-    start, each of its processes under a watchdog. It imports Prefect's server module
-    (seconds), which the flow would import anyway."""
+    start, each of its processes under a watchdog, started now in a thread of its own. It
+    imports Prefect's server module (seconds), which the flow would import anyway; the server
+    then takes seconds to answer (~4 s here), which this process spends on what the flow would
+    do first (importing it, opening the MLflow store). The flow's client starts the server as
+    it begins: that start waits for this one (`temporary_server_ready`)."""
     with warnings.catch_warnings():  # a home Prefect cannot create is said below, in one line
         warnings.filterwarnings("ignore", "Failed to create the Prefect home", UserWarning)
         from prefect.settings import PREFECT_API_URL
@@ -199,6 +202,13 @@ def tie_temporary_server() -> str:
             self.watchdogs.append(watch(proc.pid, ["uvicorn", "--port", str(self.port)]))
             return proc
 
+        def start(self, timeout: int | None = None) -> None:
+            if _booting is not None and threading.current_thread() is not _booting:
+                # booting: `running` is already true, and Prefect's own start would return at
+                # once and let its client connect to a port nothing answers yet
+                temporary_server_ready()
+            super().start(timeout)
+
         def stop(self) -> None:
             super().stop()
             for w in self.watchdogs:  # the server is stopped: their work is done
@@ -206,8 +216,40 @@ def tie_temporary_server() -> str:
                 w.wait()
             self.watchdogs.clear()
 
-    TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
+    global _booting
+    server = TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
+    _booting = _Booting(server.start)
     return "temporary"
+
+
+class _Booting(threading.Thread):
+    """The temporary server's start (`SubprocessASGIServer.start`: its process, then polls of
+    its health until it answers) in a thread of its own, its error kept for `join`."""
+
+    def __init__(self, start: Callable[[], None]) -> None:
+        super().__init__(name="prefect-server-boot", daemon=True)
+        self._start_server, self.error = start, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._start_server()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by temporary_server_ready
+            self.error = e
+
+
+_booting: _Booting | None = None
+
+
+def temporary_server_ready() -> None:
+    """Wait for the start of the temporary server `tie_temporary_server` began; raise its error
+    here (once: a later call returns at once)."""
+    global _booting
+    if _booting is not None:
+        _booting.join()
+        booted, _booting = _booting, None
+        if booted.error is not None:
+            raise booted.error
 
 
 def _in_own_session(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import sqlite3
 import subprocess
@@ -33,7 +32,8 @@ from platonic.core.config import ConfigError
 from platonic.core.durable import unwritable
 from platonic.core.processes import pid_alive
 
-from .run_ids import tracking_uri  # here, where MLflow is not imported: the CLI's checks use it
+# here, where MLflow is not imported: the CLI's checks use them
+from .run_ids import TrackingServerDown, probe_server, tracking_uri  # noqa: F401
 
 # tag names, once (MLflow's own, then ours)
 PARENT_TAG = "mlflow.parentRunId"
@@ -84,29 +84,6 @@ def client(out_dir: str | Path) -> MlflowClient:
         _open_store(uri)
         _ready.add(uri)
     return MlflowClient(tracking_uri=uri)
-
-
-class TrackingServerDown(ConfigError):
-    """MLFLOW_TRACKING_URI names a server that does not answer: one line naming the URI."""
-
-
-def probe_server(uri: str, timeout: float = 3.0) -> None:
-    """For an http(s) tracking URI: raise TrackingServerDown unless something answers there
-    (any status: a server behind authentication answers too). MLflow's client would retry a
-    dead server silently for about five minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES = 7 with
-    backoff) before its first error. Other URIs (SQLite, files) are not probed."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    import httpx
-
-    try:
-        httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout)
-    except httpx.HTTPError as e:
-        shown = re.sub(r"//[^/@]*@", "//***@", uri)  # credentials in the URI are not printed
-        raise TrackingServerDown(
-            f"MLFLOW_TRACKING_URI={shown}: no server answers there ({type(e).__name__}); "
-            "start the MLflow server, or unset MLFLOW_TRACKING_URI to use the SQLite store under out_dir"
-        ) from None
 
 
 def _open_store(uri: str) -> None:

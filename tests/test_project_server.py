@@ -266,3 +266,35 @@ def test_the_stores_prefect_ui_reaches_the_stores_api(tmp_path):
             assert r.status == 200
     finally:
         platonic("server", "--stop", "--out-dir", str(store), cwd=tmp_path, env=env)
+
+
+def test_a_temporary_server_booted_beside_the_cli_is_awaited_and_its_error_raised(monkeypatch):
+    """`tie_temporary_server` starts Prefect's server in a thread and returns; the flow's own
+    start of the server waits in `temporary_server_ready` (Prefect's would find it "running"
+    and connect before it answers), which raises the boot's own error."""
+    from platonic.flows import services
+
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow_start() -> None:
+        started.set()
+        release.wait(5)
+
+    monkeypatch.setattr(services, "_booting", services._Booting(slow_start))
+    assert started.wait(5)
+    waiter = threading.Thread(target=services.temporary_server_ready)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # still booting: the flow waits
+    release.set()
+    waiter.join(5)
+    assert not waiter.is_alive() and services._booting is None
+
+    def failing_start() -> None:
+        raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+
+    monkeypatch.setattr(services, "_booting", services._Booting(failing_start))
+    with pytest.raises(RuntimeError, match="ephemeral Prefect API server"):
+        services.temporary_server_ready()
+    services.temporary_server_ready()  # awaited once: nothing left to wait for
