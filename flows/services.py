@@ -216,8 +216,11 @@ def tie_temporary_server() -> str:
                 w.wait()
             self.watchdogs.clear()
 
+    from prefect.logging.configuration import setup_logging
+
     global _booting
     server = TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
+    setup_logging()  # as `prefect.main` does at its import (the flow's, later): the boot's log line shows
     _booting = _Booting(server.start)
     return "temporary"
 
