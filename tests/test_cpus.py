@@ -38,16 +38,32 @@ def test_threads_field_takes_a_count_or_auto():
             load_config("tiny", [bad])
 
 
-def test_short_openmp_spins_unless_the_user_chose_a_wait_policy():
-    from platonic.core.cpus import SPIN_DEFAULTS, short_openmp_spins
+@pytest.mark.parametrize(
+    "module, defaults, setter, chosen",
+    [
+        ("cpus", "SPIN_DEFAULTS", "short_openmp_spins", ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "300000"})),
+        (
+            "allocator",
+            "MALLOC_ENV",
+            "keep_freed_memory",
+            ({"MALLOC_MMAP_THRESHOLD_": "131072"}, {"MALLOC_TRIM_THRESHOLD_": "0"}),
+        ),
+    ],
+)
+def test_the_app_sets_its_runtime_variables_unless_the_user_chose(module, defaults, setter, chosen):
+    """OpenMP's spins and glibc's malloc thresholds: set in the environment given (here a
+    dict, another process's: nothing is applied to this one), left alone where the user set
+    any of them."""
+    import importlib
 
+    mod = importlib.import_module(f"platonic.core.{module}")
     env: dict[str, str] = {}
-    short_openmp_spins(env)
-    assert env == SPIN_DEFAULTS
-    for chosen in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "300000"}):
-        env = dict(chosen)
-        short_openmp_spins(env)
-        assert env == chosen
+    assert not getattr(mod, setter)(env)
+    assert env == getattr(mod, defaults)
+    for user in chosen:
+        env = dict(user)
+        getattr(mod, setter)(env)
+        assert env == user
 
 
 def test_the_app_sets_short_spins_before_torch_is_imported():
@@ -58,18 +74,6 @@ def test_the_app_sets_short_spins_before_torch_is_imported():
     code = "import sys, os, platonic.flows; print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1000", "False"]
-
-
-def test_keep_freed_memory_sets_the_environment_unless_the_user_chose():
-    from platonic.core.allocator import MALLOC_ENV, keep_freed_memory
-
-    env: dict[str, str] = {}
-    assert keep_freed_memory(env) is False  # another process's environment: nothing applied here
-    assert env == MALLOC_ENV
-    for chosen in ({"MALLOC_MMAP_THRESHOLD_": "131072"}, {"MALLOC_TRIM_THRESHOLD_": "0"}):
-        env = dict(chosen)
-        keep_freed_memory(env)
-        assert env == chosen
 
 
 def test_the_app_keeps_freed_memory_in_its_processes():
