@@ -166,11 +166,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
     The (N, V) logits never exist at once and nothing of size V is kept for backward: each
     chunk's softmax becomes its gradient in place (p − onehot), which is multiplied into
     ∂h and accumulated into ∂W at once; backward only scales the two by the incoming grad.
-    Exact in fp32: the same sum as F.cross_entropy over h @ Wᵀ; one exp pass per logit
-    (log-sum-exp and softmax share it). Under bf16 autocast the three products take bf16
-    operands, as autocast's own output layer would (their cost is most of a next-token step
-    at a large vocabulary; bf16 products are ~2x faster where the CPU has bf16 arithmetic);
-    the log-sum-exp, the softmax, the loss and ∂W's sum over chunks stay fp32."""
+    Exact in fp32: the same sum as F.cross_entropy over h @ Wᵀ. The softmax is torch's fused
+    kernel (max, exp, sum and scale row by row), not five passes of amax / sub / exp / sum /
+    div over the chunk; the loss is −log p(target). A row whose target probability underflows
+    fp32 (its logit ~87 below the row's largest) would give inf: after the loop those rows'
+    losses are recomputed as log-sum-exp − target logit (one check a call, not a chunk).
+    Under bf16 autocast the three products take bf16 operands, as autocast's own output layer
+    would (their cost is most of a next-token step at a large vocabulary; bf16 products are
+    ~2x faster where the CPU has bf16 arithmetic); the softmax, the loss and ∂W's sum over
+    chunks stay fp32."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w: torch.Tensor, target: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -182,18 +186,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
             need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
             grad_h = torch.empty(h.shape, dtype=torch.float32, device=h.device) if need_grad else None
             grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if need_grad else None
-            loss = h.new_zeros((), dtype=torch.float32)
+            picked = torch.empty(target.shape, dtype=torch.float32, device=h.device)  # (N,)
+            arange = torch.arange(min(chunk, hm.size(0)), device=h.device)
             for s in range(0, hm.size(0), chunk):
                 hc, tc = hm[s : s + chunk], target[s : s + chunk]  # (C, D), (C,)
-                logits = (hc @ wm.T).float()  # (C, V); a no-op cast in fp32
-                picked = logits.gather(1, tc[:, None])  # (C, 1): the targets' logits
-                top = logits.amax(-1, keepdim=True)  # (C, 1)
-                e = logits.sub_(top).exp_()  # one exp pass, in place: (C, V)
-                z = e.sum(-1, keepdim=True)  # (C, 1)
-                loss += (top + z.log() - picked).sum()  # Σ log-sum-exp − target logit
+                rows = arange[: len(tc)]
+                p = torch.softmax(hc @ wm.T, -1, dtype=torch.float32)  # (C, V)
+                picked[s : s + chunk] = pc = p[rows, tc]  # (C,): the targets' probabilities
                 if need_grad:
-                    p = e.div_(z)  # the softmax
-                    p[torch.arange(len(tc), device=p.device), tc] -= 1  # ∂loss/∂logits
+                    p[rows, tc] = pc - 1  # ∂loss/∂logits = p − onehot
                     if mm == torch.float32:
                         torch.mm(p, wm, out=grad_h[s : s + chunk])
                         grad_w.addmm_(p.T, hc)
@@ -201,6 +202,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
                         pm = p.to(mm)
                         grad_h[s : s + chunk] = pm @ wm
                         grad_w += pm.T @ hc
+            log_p = picked.log()  # (N,)
+            under = picked < torch.finfo(torch.float32).tiny  # log p is inf or imprecise there
+            if under.any():  # rare: those rows' log-sum-exp, from their logits again
+                lu = (hm[under] @ wm.T).float()  # (U, V)
+                log_p[under] = lu.gather(1, target[under][:, None]).squeeze(1) - torch.logsumexp(lu, -1)
+            loss = -log_p.sum()
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (h.dtype, w.dtype)
         return loss
@@ -217,11 +224,13 @@ def linear_cross_entropy(
 ) -> torch.Tensor:
     """Cross-entropy of the logits h @ weight.T against `target`, fused with the output layer
     (`_LinearCrossEntropy`): h (N, D), weight (V, D), target (N,) -> scalar (`mean` or `sum`).
-    `chunk` rows at a time; by default about 2^20 logits (4 MB) a chunk: 128 rows at V = 8,000
-    (the fastest on 2 cores: benchmarks/bench_ntp_step.py), one chunk for the world's 121 words."""
+    `chunk` rows at a time; by default about 2^22 logits (16 MB in fp32) and at least 256 rows:
+    524 rows at V = 8,000, 256 at 30,522, one chunk for the world's 121 words. Each chunk adds a
+    (V, D) product into ∂W, so small chunks cost most at a large width: at width 256 and
+    V = 8,000 the output layer takes ~230 ms at 524 rows against ~300 ms at 131 (2 cores)."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be mean or sum, not {reduction!r}")
-    chunk = chunk or max(64, (1 << 20) // weight.size(0))
+    chunk = chunk or max(256, (1 << 22) // weight.size(0))
     total = _LinearCrossEntropy.apply(h, weight, target, chunk)
     return total / max(target.numel(), 1) if reduction == "mean" else total
 

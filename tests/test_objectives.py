@@ -318,6 +318,26 @@ def test_linear_cross_entropy_under_bf16_autocast_is_autocasts_output_layer_with
     assert got.item() == pytest.approx(torch.nn.functional.cross_entropy(h.float() @ w.T, target).item(), rel=1e-2)
 
 
+def test_linear_cross_entropy_where_a_targets_probability_underflows_is_still_the_log_sum_exp():
+    """A target logit 200 below its row's largest has probability 0 in fp32, so −log p would be
+    inf: those rows' losses come from the log-sum-exp instead, equal to F.cross_entropy's, and
+    their gradients stay finite."""
+    g = torch.Generator().manual_seed(5)
+    h = torch.randn(30, 8, generator=g).requires_grad_()
+    w = torch.randn(50, 8, generator=g)
+    w[7] = h.detach()[3] * 400 / h.detach()[3].norm() ** 2  # row 3's logit for word 7 is 400
+    w.requires_grad_()
+    target = torch.randint(0, 50, (30,), generator=g)
+    target[3] = 0  # word 0's logit is small: p(0) = e^{-~400} underflows
+    ref = torch.nn.functional.cross_entropy(h @ w.T, target, reduction="none")
+    assert ref[3] > 300  # the case this test is for
+    got = linear_cross_entropy(h, w, target, "sum", chunk=4)
+    fh, fw = torch.autograd.grad(got, (h, w))
+    assert torch.isfinite(got) and got.item() == pytest.approx(ref.sum().item(), rel=1e-5)
+    rh, rw = torch.autograd.grad(ref.sum(), (h, w))
+    torch.testing.assert_close(fh, rh, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fw, rw, rtol=1e-5, atol=1e-5)
+
 def test_linear_cross_entropy_rejects_an_unknown_reduction():
     with pytest.raises(ValueError, match="reduction"):
         linear_cross_entropy(torch.randn(2, 3), torch.randn(4, 3), torch.tensor([0, 1]), "none")

@@ -486,8 +486,9 @@ SPECS: dict[str, StageSpec] = {
         ),
         StageSpec(
             "train",
-            4,  # 3: next-token's output layer fused into its cross-entropy; GPT-2's GELU one kernel;
-            # 4: under bf16 autocast, that output layer's products in bf16 (fp32 softmax)
+            5,  # 3: next-token's output layer fused into its cross-entropy; GPT-2's GELU one kernel;
+            # 4: under bf16 autocast, that output layer's products in bf16 (fp32 softmax);
+            # 5: that softmax torch's fused one, the loss −log p, chunks of ≥ 256 rows
             ("seed", "train.models.{model}"),
             ("model.safetensors", "model.json", "tokenizer.json"),
             train,
