@@ -338,6 +338,7 @@ def test_linear_cross_entropy_where_a_targets_probability_underflows_is_still_th
     torch.testing.assert_close(fh, rh, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fw, rw, rtol=1e-5, atol=1e-5)
 
+
 def test_linear_cross_entropy_rejects_an_unknown_reduction():
     with pytest.raises(ValueError, match="reduction"):
         linear_cross_entropy(torch.randn(2, 3), torch.randn(4, 3), torch.tensor([0, 1]), "none")
