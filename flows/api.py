@@ -107,7 +107,7 @@ def ablate(
     results (run ids, `summary`, `output_dir` with table.md and the plots). `out_dir`: the
     store of every cell (else $PLATONIC_OUT_DIR, else the base recipe's)."""
     from platonic.core.ablation import load_ablation
-    from platonic.tasks import tracking
+    from platonic.tasks.run_ids import probe_server, tracking_uri
 
     abl, cells = load_ablation(str(recipe), list(sets), store.out_dir_sets(base_sets, out_dir), quick)
     for cell in cells:
@@ -117,7 +117,7 @@ def ablate(
     store.say(where)
     where.mkdir(parents=True, exist_ok=True)
     services.embedded_defaults()
-    tracking.probe_server(tracking.tracking_uri(cells[0].cfg.out_dir))  # a dead MLflow server: one line now
+    probe_server(tracking_uri(cells[0].cfg.out_dir))  # a dead MLflow server: one line now
     services.choose_prefect_server(where)
     from .ablate import ablate as ablate_flow
 

@@ -222,6 +222,7 @@ def tie_temporary_server() -> str:
     server = TiedServer()  # registers itself as Prefect's default temporary server, unless one is there
     setup_logging()  # as `prefect.main` does at its import (the flow's, later): the boot's log line shows
     _booting = _Booting(server.start)
+    _booting.start()
     return "temporary"
 
 
@@ -232,7 +233,6 @@ class _Booting(threading.Thread):
     def __init__(self, start: Callable[[], None]) -> None:
         super().__init__(name="prefect-server-boot", daemon=True)
         self._start_server, self.error = start, None
-        self.start()
 
     def run(self) -> None:
         try:

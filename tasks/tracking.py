@@ -33,7 +33,7 @@ from platonic.core.durable import unwritable
 from platonic.core.processes import pid_alive
 
 # here, where MLflow is not imported: the CLI's checks use them
-from .run_ids import TrackingServerDown, probe_server, tracking_uri  # noqa: F401
+from .run_ids import probe_server, tracking_uri  # noqa: F401 (tracking_uri: callers' name for it)
 
 # tag names, once (MLflow's own, then ours)
 PARENT_TAG = "mlflow.parentRunId"

@@ -281,7 +281,9 @@ def test_a_temporary_server_booted_beside_the_cli_is_awaited_and_its_error_raise
         started.set()
         release.wait(5)
 
-    monkeypatch.setattr(services, "_booting", services._Booting(slow_start))
+    booting = services._Booting(slow_start)
+    booting.start()
+    monkeypatch.setattr(services, "_booting", booting)
     assert started.wait(5)
     waiter = threading.Thread(target=services.temporary_server_ready)
     waiter.start()
@@ -294,7 +296,9 @@ def test_a_temporary_server_booted_beside_the_cli_is_awaited_and_its_error_raise
     def failing_start() -> None:
         raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
 
-    monkeypatch.setattr(services, "_booting", services._Booting(failing_start))
+    booting = services._Booting(failing_start)
+    booting.start()
+    monkeypatch.setattr(services, "_booting", booting)
     with pytest.raises(RuntimeError, match="ephemeral Prefect API server"):
         services.temporary_server_ready()
     services.temporary_server_ready()  # awaited once: nothing left to wait for

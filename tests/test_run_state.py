@@ -610,18 +610,18 @@ def test_a_dead_mlflow_tracking_uri_is_one_line_within_seconds(tmp_path):
 
 
 def test_the_tracking_probe_names_the_uri_without_its_credentials():
-    from platonic.tasks import tracking
+    from platonic.tasks.run_ids import TrackingServerDown, probe_server
 
     held = _port_held_closed()
     port = held.getsockname()[1]
     try:
-        with pytest.raises(tracking.TrackingServerDown) as e:
-            tracking.probe_server(f"http://user:s3cret@127.0.0.1:{port}")
+        with pytest.raises(TrackingServerDown) as e:
+            probe_server(f"http://user:s3cret@127.0.0.1:{port}")
     finally:
         held.close()
     assert str(e.value).startswith(f"MLFLOW_TRACKING_URI=http://***@127.0.0.1:{port}: no server answers there")
     assert "s3cret" not in str(e.value)
-    tracking.probe_server("sqlite:////nowhere/mlflow.db")  # a local store is not probed
+    probe_server("sqlite:////nowhere/mlflow.db")  # a local store is not probed
 
 
 def test_an_unwritable_prefect_home_is_one_line_before_the_temporary_server_starts(tmp_path):
