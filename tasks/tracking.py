@@ -32,8 +32,8 @@ from platonic.core.config import ConfigError
 from platonic.core.durable import unwritable
 from platonic.core.processes import pid_alive
 
-# here, where MLflow is not imported: the CLI's checks use them
-from .run_ids import probe_server, tracking_uri  # noqa: F401 (tracking_uri: callers' name for it)
+# defined where MLflow is not imported, so the CLI's checks run before it
+from .run_ids import probe_server, tracking_uri
 
 # tag names, once (MLflow's own, then ours)
 PARENT_TAG = "mlflow.parentRunId"
